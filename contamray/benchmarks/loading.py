@@ -1,0 +1,168 @@
+"""Load one benchmark partition as Records: from the hub by id, or from a local mirror of hub rows.
+
+Rows come from ``datasets.load_dataset(hub_id, config, split=...)`` when ``mirror_dir`` is None, or
+from ``<mirror_dir>/<hub_id>/<config>/<split>.jsonl`` (same row schema, e.g. ``shared/benchmarks``)
+through ``datasets.load_dataset("json", data_files=...)``. Either way the adapter sees the same rows.
+
+Sampling keeps the canonical order: ``n`` row indices are drawn with ``random.Random(seed)`` and then
+sorted, because order-sensitive tests (Oren et al.'s shuffled-order likelihood) compare the canonical
+order with permutations of it. ``Record.order`` is always the row's index in the full split.
+A row that cannot be converted raises ``BenchmarkRowError`` (``strict=True``) or becomes a
+``RowFailure`` (``strict=False``); failed rows are not replaced, so a sample may hold fewer than n.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from contamray.benchmarks.base import Adapter, BenchmarkRowError, LoadResult, RowContext
+from contamray.benchmarks.registry import get_adapter
+from contamray.records import Record
+
+
+def mirror_path(adapter: Adapter, config: str, split: str, mirror_dir: str | Path) -> Path:
+    """Where a mirror keeps a split: ``<mirror_dir>/<hub_id>/<config>/<split>.jsonl``."""
+    return Path(mirror_dir) / adapter.hub_id / config / f"{split}.jsonl"
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """Silence ``datasets`` progress bars for one load, restoring the caller's setting after."""
+    import datasets
+
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
+def _read_mirror(adapter: Adapter, config: str, split: str, mirror_dir: str | Path) -> tuple[Any, str]:
+    import datasets
+
+    path = mirror_path(adapter, config, split, mirror_dir)
+    if not path.is_file():
+        folder = path.parent
+        present = sorted(p.stem for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+        raise FileNotFoundError(
+            f"no mirror file for benchmark {adapter.name!r} ({adapter.hub_id}, config {config}, "
+            f"split {split}): expected {path}. Splits of {adapter.name}: {', '.join(adapter.splits)}; "
+            f"mirrored in {folder}: {', '.join(present) if present else 'none (folder missing or empty)'}. "
+            f"Fix: pass split= one of the mirrored splits, put the hub rows of {split!r} at {path}, "
+            "or pass mirror_dir=None to load from the hub"
+        )
+    if path.stat().st_size == 0:
+        raise ValueError(
+            f"{path} is empty; fix: put the hub rows of {adapter.hub_id} ({config}, {split}) there"
+        )
+    try:
+        with _quiet_datasets():
+            table = datasets.load_dataset("json", data_files=str(path), split="train")
+    except Exception as exc:  # pyarrow / datasets raise several types for a malformed file
+        raise ValueError(
+            f"{path} could not be read as JSON lines in the hub schema of {adapter.hub_id} "
+            f"({config}, {split}): {type(exc).__name__}: {exc}. Fix: one JSON object per line, each "
+            "field with the same type on every row"
+        ) from exc
+    return table, str(path)
+
+
+def _read_hub(adapter: Adapter, config: str, split: str) -> tuple[Any, str]:
+    import datasets
+
+    source = f"hub:{adapter.hub_id} (config {config}, split {split})"
+    try:
+        with _quiet_datasets():
+            table = datasets.load_dataset(adapter.hub_id, config, split=split)
+    except Exception as exc:  # network, auth, missing config: all end here
+        raise RuntimeError(
+            f"could not load benchmark {adapter.name!r} from {source}: {type(exc).__name__}: {exc}. "
+            f"Fix: check access to the dataset hub, or pass mirror_dir=<dir> holding "
+            f"<dir>/{adapter.hub_id}/{config}/{split}.jsonl (see shared/benchmarks/README.md)"
+        ) from exc
+    return table, source
+
+
+def sample_indices(total: int, n: int | None, seed: int, what: str) -> list[int]:
+    """``n`` of ``range(total)`` drawn with ``random.Random(seed)``, in ascending (canonical) order."""
+    if n is None:
+        return list(range(total))
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ValueError(f"n={n!r} for {what}: give a positive number of rows, or None for all rows")
+    if n >= total:
+        if n > total:
+            warnings.warn(f"n={n} is more than the {total} rows of {what}; taking all rows", stacklevel=3)
+        return list(range(total))
+    return sorted(random.Random(seed).sample(range(total), n))
+
+
+def _columns(table: Any, names: tuple[str, ...]) -> dict[str, list[Any]]:
+    present = set(table.column_names)
+    return {c: list(table[c]) if c in present else [None] * len(table) for c in names}
+
+
+def load_records(
+    name: str,
+    split: str | None = None,
+    config: str | None = None,
+    n: int | None = None,
+    seed: int = 0,
+    mirror_dir: str | Path | None = None,
+    strict: bool = True,
+) -> LoadResult:
+    """The Records of benchmark ``name`` (registry name) for one config and split.
+
+    ``split``/``config`` default to the adapter's; ``n`` samples that many rows (seeded, canonical
+    order; None = all); ``mirror_dir`` reads a local mirror instead of the hub; ``strict=False``
+    records bad rows as ``RowFailure`` instead of raising ``BenchmarkRowError``.
+    """
+    adapter = get_adapter(name)
+    split = adapter.resolve_split(split)
+    config = adapter.resolve_config(config)
+    partition = adapter.partition(config, split)
+    if mirror_dir is None:
+        table, source = _read_hub(adapter, config, split)
+    else:
+        table, source = _read_mirror(adapter, config, split, mirror_dir)
+    total = len(table)
+    if total == 0:
+        raise ValueError(f"{source} holds no rows for {partition}; fix: point at a non-empty split")
+    indices = sample_indices(total, n, seed, f"{partition} ({source})")
+    extras = adapter.groups(_columns(table, adapter.group_columns), partition) if adapter.groups else None
+    rows = table if len(indices) == total else table.select(indices)
+
+    result = LoadResult(records=[], failures=[], partition=partition, source=source, total_rows=total)
+    first_row_of: dict[str, int] = {}
+    for index, row in zip(indices, rows):
+        ctx = RowContext(adapter, row, index, partition, source, split, config)
+        if extras is not None:
+            ctx.extra_meta = dict(extras[index])
+        try:
+            record = _convert(adapter, ctx, first_row_of)
+        except BenchmarkRowError as err:
+            if strict:
+                raise
+            result.failures.append(err.failure)
+            continue
+        result.records.append(record)
+    return result
+
+
+def _convert(adapter: Adapter, ctx: RowContext, first_row_of: dict[str, int]) -> Record:
+    row_id = ctx.row_id
+    if row_id in first_row_of:
+        ctx.fail(
+            adapter.id_field or "id",
+            f"repeats the id of row {first_row_of[row_id]}",
+            "give every row its own id (as on the hub), drop the duplicate, or load with strict=False",
+        )
+    record = adapter.convert(ctx)
+    first_row_of[row_id] = ctx.row_index
+    return record

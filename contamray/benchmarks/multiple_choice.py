@@ -1,0 +1,141 @@
+"""Multiple-choice benchmarks of the Open LLM Leaderboard v1: ARC Challenge, HellaSwag, MMLU, TruthfulQA MC.
+
+``input`` is the question stem (HellaSwag: the context ``ctx``; the mirror lacks ``ctx_a``/``ctx_b``),
+``choices`` the options, ``answer`` the gold key as the dataset stores it (ARC: a letter or digit
+from ``choices.label``; MMLU/HellaSwag/TruthfulQA: a 0-based index as text), ``label`` the gold
+option's text. Guided prompting's ``reference`` is the question text (the model must reproduce the rest
+of the question). ``verbalized`` (Li et al. 2023) is the question followed by the correct option; for
+HellaSwag that is the context completed by its correct ending.
+"""
+
+from __future__ import annotations
+
+from contamray.benchmarks.base import Adapter, RowContext, append
+from contamray.records import Record
+
+MMLU_SUBJECTS = (
+    "abstract_algebra", "anatomy", "astronomy", "business_ethics", "clinical_knowledge",
+    "college_biology", "college_chemistry", "college_computer_science", "college_mathematics",
+    "college_medicine", "college_physics", "computer_security", "conceptual_physics", "econometrics",
+    "electrical_engineering", "elementary_mathematics", "formal_logic", "global_facts",
+    "high_school_biology", "high_school_chemistry", "high_school_computer_science",
+    "high_school_european_history", "high_school_geography", "high_school_government_and_politics",
+    "high_school_macroeconomics", "high_school_mathematics", "high_school_microeconomics",
+    "high_school_physics", "high_school_psychology", "high_school_statistics", "high_school_us_history",
+    "high_school_world_history", "human_aging", "human_sexuality", "international_law", "jurisprudence",
+    "logical_fallacies", "machine_learning", "management", "marketing", "medical_genetics",
+    "miscellaneous", "moral_disputes", "moral_scenarios", "nutrition", "philosophy", "prehistory",
+    "professional_accounting", "professional_law", "professional_medicine", "professional_psychology",
+    "public_relations", "security_studies", "sociology", "us_foreign_policy", "virology",
+    "world_religions",
+)  # fmt: skip
+
+
+def _mc_record(
+    ctx: RowContext,
+    question: str,
+    choices: tuple[str, ...],
+    key: int | None,
+    answer: str,
+    meta: dict | None = None,
+) -> Record:
+    label = "" if key is None else choices[key]
+    return ctx.record(
+        input=question,
+        label=label,
+        reference=question,
+        prefix="",
+        choices=choices,
+        answer=answer,
+        verbalized=append(question, label),
+        meta=meta or {},
+    )
+
+
+def arc(ctx: RowContext) -> Record:
+    question = ctx.text("question")
+    texts = ctx.texts("choices.text", min_count=2)
+    keys = ctx.texts("choices.label", min_count=2)
+    if len(keys) != len(texts):
+        ctx.fail("choices.label", f"has {len(keys)} keys for {len(texts)} options in choices.text")
+    answer = ctx.text("answerKey").strip()
+    if answer not in keys:
+        ctx.fail("answerKey", f"is {answer!r}, not one of the option keys {list(keys)}")
+    return _mc_record(ctx, question, texts, keys.index(answer), answer, {"choice_labels": list(keys)})
+
+
+def hellaswag(ctx: RowContext) -> Record:
+    context = ctx.text("ctx")
+    endings = ctx.texts("endings", min_count=2)
+    key = ctx.index("label", len(endings))
+    meta = {"activity_label": ctx.row["activity_label"]} if ctx.row.get("activity_label") else {}
+    return _mc_record(ctx, context, endings, key, "" if key is None else str(key), meta)
+
+
+def mmlu(ctx: RowContext) -> Record:
+    question = ctx.text("question")
+    choices = ctx.texts("choices", min_count=2)
+    key = ctx.index("answer", len(choices))
+    meta = {"subject": ctx.row["subject"]} if ctx.row.get("subject") else {}
+    return _mc_record(ctx, question, choices, key, str(key), meta)
+
+
+def truthfulqa_mc(ctx: RowContext) -> Record:
+    """MC1 (one true option) is the record's choices; MC2's options and 0/1 labels go to ``meta``."""
+    question = ctx.text("question")
+    choices = ctx.texts("mc1_targets.choices", min_count=2)
+    labels = list(ctx.value("mc1_targets.labels"))
+    well_formed = all(type(x) is int and x in (0, 1) for x in labels) and labels.count(1) == 1
+    if len(labels) != len(choices) or not well_formed:
+        ctx.fail("mc1_targets.labels", f"is {labels}; expected one 1 and a 0 per other option")
+    meta = {}
+    mc2 = ctx.row.get("mc2_targets")
+    if isinstance(mc2, dict) and mc2.get("choices"):
+        meta = {"mc2_choices": list(mc2["choices"]), "mc2_labels": list(mc2.get("labels") or [])}
+    key = labels.index(1)
+    return _mc_record(ctx, question, choices, key, str(key), meta)
+
+
+ADAPTERS = (
+    Adapter(
+        name="arc_challenge",
+        hub_id="allenai/ai2_arc",
+        config="ARC-Challenge",
+        splits=("train", "validation", "test"),
+        default_split="test",
+        task="multiple_choice",
+        convert=arc,
+        id_field="id",
+    ),
+    Adapter(
+        name="hellaswag",
+        hub_id="Rowan/hellaswag",
+        config="default",
+        splits=("train", "validation", "test"),
+        default_split="validation",
+        task="multiple_choice",
+        convert=hellaswag,
+        id_field="ind",
+        unlabeled_splits=("test",),
+        note="mirror lacks ctx_a/ctx_b: ctx is used",
+    ),
+    Adapter(
+        name="mmlu",
+        hub_id="cais/mmlu",
+        config="all",
+        configs=("all", *MMLU_SUBJECTS),
+        splits=("test", "validation", "dev"),
+        default_split="test",
+        task="multiple_choice",
+        convert=mmlu,
+    ),
+    Adapter(
+        name="truthfulqa_mc",
+        hub_id="truthfulqa/truthful_qa",
+        config="multiple_choice",
+        splits=("validation",),
+        default_split="validation",
+        task="multiple_choice",
+        convert=truthfulqa_mc,
+    ),
+)

@@ -1,0 +1,47 @@
+"""The benchmark registry: short names -> adapters, in the order a CLI lists them.
+
+Open LLM Leaderboard v1 first (arc_challenge … gsm8k), then the seven datasets of Golchin & Surdeanu's
+"Time Travel in LLMs" (imdb … xsum).
+"""
+
+from __future__ import annotations
+
+from contamray.benchmarks import classification, multiple_choice, qa, summarization, winogrande
+from contamray.benchmarks.base import Adapter
+
+_ORDER = (
+    "arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "truthfulqa_mc", "winogrande", "gsm8k",
+    "imdb", "ag_news", "yelp", "rte", "wnli", "samsum", "xsum",
+)  # fmt: skip
+
+
+def _rank(name: str) -> int:
+    return _ORDER.index(name) if name in _ORDER else len(_ORDER)
+
+
+_ALL = (
+    *multiple_choice.ADAPTERS,
+    *qa.ADAPTERS,
+    *winogrande.ADAPTERS,
+    *classification.ADAPTERS,
+    *summarization.ADAPTERS,
+)
+ADAPTERS: dict[str, Adapter] = {a.name: a for a in sorted(_ALL, key=lambda a: _rank(a.name))}
+if not len(ADAPTERS) == len(_ALL) == len(_ORDER):
+    raise RuntimeError("benchmark adapter names must be unique and each listed once in registry._ORDER")
+
+
+def adapter_names() -> list[str]:
+    return list(ADAPTERS)
+
+
+def get_adapter(name: str) -> Adapter:
+    try:
+        return ADAPTERS[name]
+    except KeyError:
+        raise KeyError(f"unknown benchmark {name!r}; known benchmarks: {', '.join(ADAPTERS)}") from None
+
+
+def describe_all() -> list[str]:
+    """One ``describe()`` line per adapter, for ``contamray benchmarks``-style listings."""
+    return [a.describe() for a in ADAPTERS.values()]

@@ -1,0 +1,116 @@
+"""An offline corpus with known contamination: filler documents with benchmark rows planted in them.
+
+With no pretraining corpus at hand (CI, a laptop, the smoke run), open-data methods still need a
+corpus whose truth is known. This builds one from a mirrored text dataset (XSum documents by default)
+and plants a seeded subset of each benchmark partition's rows into it, in three ways:
+
+- ``verbatim``: input and label, as a web page copying the benchmark with its answers would;
+- ``input_only``: the question without its answer;
+- ``near_miss``: input and label with every 5th word replaced, so no 8-gram of it survives — an
+  exact-match method must not find it.
+
+The manifest (``manifest.json``) records which row was planted how and in which document, so a run's
+open-data verdicts can be checked against the truth.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from contamray.records import Record
+
+SHARDS = 4
+NEAR_MISS_EVERY = 5
+
+
+def prepare_corpus(plan: Any, records: dict[str, list[Record]], output_dir: Path) -> dict[str, Any]:
+    """The corpus the plan scans: configured files as they are, or a planted corpus built now."""
+    corpus = dict(plan.corpus)
+    kind = corpus.get("kind")
+    if kind == "files":
+        paths = corpus.get("paths")
+        if not paths or paths == "???":
+            raise ValueError("corpus.paths: no corpus files given; set corpus.paths=[/data/*.jsonl.gz]")
+        corpus["paths"] = [paths] if isinstance(paths, str) else list(paths)
+        return corpus
+    if kind != "planted":
+        raise ValueError(f"corpus.kind: {kind!r} is not one of files, planted, none")
+    from contamray.benchmarks import load_records
+
+    filler = load_records(
+        corpus.get("filler", "xsum"),
+        n=int(corpus.get("filler_docs", 200)),
+        seed=plan.seed,
+        mirror_dir=plan.data.get("mirror_dir"),
+        strict=False,
+    ).records
+    folder = Path(output_dir) / "corpus"
+    paths, manifest = build_planted_corpus(
+        records,
+        [r.input for r in filler],
+        folder,
+        seed=plan.seed,
+        planted_fraction=float(corpus.get("planted_fraction", 0.25)),
+        near_miss_fraction=float(corpus.get("near_miss_fraction", 0.1)),
+    )
+    return {"kind": "planted", "paths": paths, "format": "jsonl", "text_field": "text", "id_field": "id"}
+
+
+def build_planted_corpus(
+    records: dict[str, list[Record]],
+    filler_texts: list[str],
+    folder: Path,
+    seed: int = 0,
+    planted_fraction: float = 0.25,
+    near_miss_fraction: float = 0.1,
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Write the corpus as jsonl shards under ``folder``; returns (paths, manifest by record id)."""
+    import random
+
+    if not filler_texts:
+        raise ValueError("planted corpus: the filler dataset gave no documents; check corpus.filler")
+    rng = random.Random(f"planted|{seed}")
+    docs = [{"id": f"filler-{i}", "text": text} for i, text in enumerate(filler_texts)]
+    manifest: dict[str, dict[str, Any]] = {}
+    for bench in sorted(records):
+        rows = list(records[bench])
+        rng.shuffle(rows)
+        n_plant = round(len(rows) * planted_fraction)
+        n_near = round(len(rows) * near_miss_fraction)
+        chosen = rows[: n_plant + n_near]
+        for i, record in enumerate(chosen):
+            if i < n_plant:
+                how = "verbatim" if i % 2 == 0 else "input_only"
+            else:
+                how = "near_miss"
+            text = _planted_text(record, how, rng)
+            host = rng.randrange(len(docs))
+            doc = docs[host]
+            words = doc["text"].split(" ")
+            cut = rng.randrange(len(words) + 1)
+            doc["text"] = " ".join(words[:cut] + [text] + words[cut:])
+            manifest[record.id] = {"partition": record.partition, "how": how, "doc_id": doc["id"]}
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for shard in range(SHARDS):
+        path = folder / f"shard-{shard:03d}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            for doc in docs[shard::SHARDS]:
+                fh.write(json.dumps(doc) + "\n")
+        paths.append(str(path))
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return paths, manifest
+
+
+def _planted_text(record: Record, how: str, rng: Any) -> str:
+    if how == "input_only":
+        return record.input
+    text = f"{record.input} {record.label}"
+    if how == "near_miss":
+        words = text.split()
+        for i in range(NEAR_MISS_EVERY - 1, len(words), NEAR_MISS_EVERY):
+            words[i] = f"zq{rng.randrange(10**6)}"
+        text = " ".join(words)
+    return text

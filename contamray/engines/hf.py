@@ -1,0 +1,347 @@
+"""The transformers backend: any causal LM ``from_pretrained`` can load, on CPU (bf16 by default) or GPU.
+
+Why it exists beside vLLM: it is the only backend that gives the full next-token distribution cheaply,
+which Min-K%++ needs (mean and standard deviation of log p over the vocabulary at every position), it
+loads in about a second (tests, small models, CPU-only machines), and it needs no engine process.
+
+Conventions shared with ``VLLMEngine`` (both backends must return the same numbers):
+
+- Tokenisation is the tokenizer's own ``text -> ids`` with its special tokens (``add_special_tokens``),
+  done by this process, so both backends see the same ids. ``count_tokens`` counts those ids.
+- ``score`` returns ``log p(id_i | id_<i)`` for ``i >= 1``: ``count_tokens(text) - 1`` values. When the
+  tokenizer prepends a BOS token, id_0 is BOS, so *every* text token is scored (the first one given
+  BOS); when it does not (SmolLM2, GPT-2, Llama-3 base tokenizers vary), the first text token has no
+  prefix and is not scored. ``token_ids`` are the scored ids ``id_1 ..``.
+- A text longer than ``max_context`` tokens is scored on its first ``max_context`` tokens (the scored
+  count shows it); a prompt is cut from the left so that it plus ``max_tokens`` fits (as
+  lm-evaluation-harness does), since the end of a prompt is what the continuation depends on.
+- ``generate`` returns only the new text, cut before the first stop string (the stop string itself is
+  not returned, as vLLM's default), special tokens skipped.
+
+Scoring never materialises a ``[batch x seq x vocab]`` float32 tensor: the decoder's last hidden
+states are taken once per batch, and the output head is applied to chunks of scored positions, each
+chunk reduced at once to the target log-probability (target logit minus a logsumexp) and, if asked,
+the vocabulary mean and standard deviation of log p under p (Min-K%++, Zhang et al. 2024:
+``mu = sum_v p_v log p_v``, ``sigma = sqrt(sum_v p_v (log p_v - mu)^2)``). Because some architectures
+change logits after the head (Gemma-2 soft-capping, Cohere logit scaling), the engine checks once at
+load time that ``head(decoder(x))`` reproduces ``model(x).logits`` and otherwise falls back to the
+model's own logits (still reduced chunk by chunk).
+
+Batches are length-bucketed: texts are sorted by token count, batched, and results put back in input
+order, so padding waste is small. Scoring pads on the right (positions stay 0..n-1), generation on the
+left (what ``generate`` needs for decoder-only models).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from contamray.engines.base import TokenScores
+from contamray.methods.base import Sampling
+
+log = logging.getLogger(__name__)
+
+DTYPES: dict[str, torch.dtype | str] = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "auto": "auto",
+}
+
+
+def parse_dtype(dtype: str | torch.dtype, where: str = "dtype") -> torch.dtype | str:
+    """``"bfloat16"`` / ``"float32"`` / ... -> torch dtype; the error names the config key."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().replace("torch.", "")
+    if key not in DTYPES:
+        raise ValueError(f"{where}: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[key]
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+    """Indices grouped into batches of similar length (longest first, so memory limits show early)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to (not including) the earliest occurrence of any stop string."""
+    end = len(text)
+    for s in stop:
+        if s:
+            pos = text.find(s)
+            if 0 <= pos < end:
+                end = pos
+    return text[:end]
+
+
+def _require_tokens(encoded: Sequence[Sequence[int]]) -> None:
+    """Generation needs at least one prompt token (an empty text without BOS has none)."""
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompt #{i} is empty (no tokens): there is nothing to continue from")
+
+
+class HFEngine:
+    """Engine backed by a transformers causal LM (see the module docstring for the conventions)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str | torch.dtype = "bfloat16",
+        batch_size: int = 16,
+        max_model_len: int | None = None,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        seed: int = 0,
+        chunk_bytes: int = 2**28,
+        name: str = "",
+        where: str = "model",
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if batch_size < 1:
+            raise ValueError(f"{where}.batch_size: must be >= 1, got {batch_size}")
+        torch_dtype = parse_dtype(dtype, where=f"{where}.dtype")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.batch_size = batch_size
+        self.chunk_bytes = chunk_bytes
+        self.seed = seed
+        torch.manual_seed(seed)  # sampled generations reseed per call from Sampling.seed
+        self.name = name or f"hf:{model_path}"
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
+            )
+        except OSError as exc:
+            raise OSError(
+                f"{where}.source: cannot load model {model_path!r} with transformers ({exc}); use an "
+                "embedded model name, a local checkpoint directory, or a hub id reachable from here"
+            ) from exc
+        self.model.to(self.device).eval()
+        self.dtype = next(self.model.parameters()).dtype
+        self.pad_id = self._pad_id()
+        limit = getattr(self.model.config, "max_position_embeddings", None) or 2048
+        if max_model_len is not None:
+            if max_model_len < 2:
+                raise ValueError(f"{where}.max_model_len: must be >= 2, got {max_model_len}")
+            limit = min(limit, max_model_len)
+        self.max_context: int = int(limit)
+        self._fused_head = self._check_fused_head()
+
+    # ------------------------------------------------------------------ tokens
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        for candidate in (
+            tok.pad_token_id,
+            tok.eos_token_id,
+            getattr(self.model.config, "pad_token_id", None),
+        ):
+            if isinstance(candidate, int):
+                return candidate
+        return 0  # masked out everywhere; the id itself never matters
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids with the tokenizer's special tokens (the sequence the model sees)."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"text #{i} is {type(t).__name__}, expected str")
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.encode(texts)]
+
+    # ----------------------------------------------------------------- scoring
+    def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]:
+        encoded = [ids[: self.max_context] for ids in self.encode(texts)]
+        results: list[TokenScores | None] = [None] * len(encoded)
+        scorable = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
+        for i, ids in enumerate(encoded):
+            if len(ids) < 2:
+                results[i] = TokenScores(token_logprobs=[])
+        lengths = [len(encoded[i]) for i in scorable]
+        with torch.inference_mode():
+            for bucket in length_buckets(lengths, self.batch_size):
+                idx = [scorable[b] for b in bucket]
+                for i, res in zip(idx, self._score_batch([encoded[i] for i in idx], with_vocab_stats)):
+                    results[i] = res
+        return [r for r in results if r is not None]
+
+    def _score_batch(self, seqs: list[list[int]], with_stats: bool) -> list[TokenScores]:
+        ids, mask = self._pad_right(seqs)
+        # Positions 0..n-2 of each sequence predict tokens 1..n-1.
+        rows = torch.cat([torch.full((len(s) - 1,), b, dtype=torch.long) for b, s in enumerate(seqs)])
+        cols = torch.cat([torch.arange(len(s) - 1) for s in seqs])
+        targets = ids[rows, cols + 1].to(self.device)
+        if self._fused_head:
+            hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+            picked = hidden[rows.to(self.device), cols.to(self.device)]
+            head: Callable[[torch.Tensor], torch.Tensor] = self.model.get_output_embeddings()
+        else:
+            logits_all = self.model(input_ids=ids, attention_mask=mask).logits
+            picked = logits_all[rows.to(self.device), cols.to(self.device)]
+            del logits_all
+
+            def head(x: torch.Tensor) -> torch.Tensor:
+                return x
+
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        per_row = vocab * 4 * (5 if with_stats else 2)  # float32 logits + temporaries
+        chunk = max(1, self.chunk_bytes // per_row)
+        lp_parts, mu_parts, sd_parts = [], [], []
+        for start in range(0, picked.shape[0], chunk):
+            logits = head(picked[start : start + chunk]).float()
+            lse = torch.logsumexp(logits, dim=-1)
+            tgt = targets[start : start + chunk]
+            lp_parts.append(logits.gather(1, tgt[:, None]).squeeze(1) - lse)
+            if with_stats:
+                logp = logits.sub_(lse[:, None])  # in place: logits are not needed any more
+                p = logp.exp()
+                mu = (p * logp).sum(-1)
+                var = (p * (logp - mu[:, None]).square()).sum(-1)
+                mu_parts.append(mu)
+                sd_parts.append(var.clamp_min(0).sqrt())
+            del logits
+        logprobs = torch.cat(lp_parts).cpu()
+        means = torch.cat(mu_parts).cpu() if with_stats else None
+        stds = torch.cat(sd_parts).cpu() if with_stats else None
+        out, start = [], 0
+        for s in seqs:
+            n = len(s) - 1
+            out.append(
+                TokenScores(
+                    token_logprobs=logprobs[start : start + n].tolist(),
+                    token_ids=list(s[1:]),
+                    token_mean=means[start : start + n].tolist() if means is not None else [],
+                    token_std=stds[start : start + n].tolist() if stds is not None else [],
+                )
+            )
+            start += n
+        return out
+
+    def _pad_right(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for b, s in enumerate(seqs):
+            ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[b, : len(s)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _pad_left(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for b, s in enumerate(seqs):
+            if s:
+                ids[b, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+                mask[b, width - len(s) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _check_fused_head(self) -> bool:
+        """True when ``output_embeddings(decoder(x))`` equals ``model(x).logits`` for this architecture."""
+        try:
+            decoder, head = self.model.get_decoder(), self.model.get_output_embeddings()
+        except (AttributeError, NotImplementedError):
+            return False
+        if decoder is None or head is None:
+            return False
+        ids = torch.tensor([[self.pad_id, 1, 2, 3, 4, 5, 6, 7]], device=self.device) % int(
+            head.weight.shape[0]
+        )
+        mask = torch.ones_like(ids)
+        with torch.inference_mode():
+            try:
+                ours = head(decoder(input_ids=ids, attention_mask=mask).last_hidden_state).float()
+            except (TypeError, AttributeError, ValueError):
+                return False
+            theirs = self.model(input_ids=ids, attention_mask=mask).logits.float()
+        same = ours.shape == theirs.shape and torch.allclose(ours, theirs, rtol=1e-3, atol=1e-3)
+        if not same:
+            log.info(
+                "%s: logits are post-processed after the head; scoring uses the model's logits", self.name
+            )
+        return bool(same)
+
+    # -------------------------------------------------------------- generation
+    def generate(self, prompts: list[str], sampling: Sampling) -> list[str]:
+        from transformers import GenerationConfig
+
+        if sampling.max_tokens < 1:
+            raise ValueError(f"sampling.max_tokens must be >= 1, got {sampling.max_tokens}")
+        room = self.max_context - sampling.max_tokens
+        if room < 1:
+            raise ValueError(
+                f"sampling.max_tokens={sampling.max_tokens} leaves no room for a prompt in the model's "
+                f"context of {self.max_context} tokens; lower max_tokens"
+            )
+        encoded = [ids[-room:] if len(ids) > room else ids for ids in self.encode(prompts)]
+        _require_tokens(encoded)
+        greedy = sampling.temperature <= 0
+        config_kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_tokens,
+            "do_sample": not greedy,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": self._eos_ids(),
+        }
+        if not greedy:
+            config_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        stops = [s for s in sampling.stop if s]
+        if stops:
+            config_kwargs["stop_strings"] = stops
+        gen_config = GenerationConfig(**config_kwargs)
+        extra: dict[str, Any] = {"tokenizer": self.tokenizer} if stops else {}
+        results: list[str] = [""] * len(encoded)
+        with torch.inference_mode():
+            if not greedy:
+                torch.manual_seed(sampling.seed)
+            for bucket in length_buckets([len(s) for s in encoded], self.batch_size):
+                seqs = [encoded[i] for i in bucket]
+                ids, mask = self._pad_left(seqs)
+                out = self.model.generate(
+                    input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra
+                )
+                new = out[:, ids.shape[1] :].tolist()
+                for i, prompt_ids, new_ids in zip(bucket, seqs, new):
+                    results[i] = cut_at_stop(self._decode_continuation(prompt_ids, new_ids), stops)
+        return results
+
+    def _eos_ids(self) -> list[int] | None:
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        if eos is None:
+            return None
+        return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+
+    def _decode_continuation(self, prompt_ids: list[int], new_ids: list[int]) -> str:
+        """Decode the new ids in the context of the prompt (some tokenizers drop a leading space alone)."""
+        eos = set(self._eos_ids() or [])
+        kept: list[int] = []
+        for t in new_ids:
+            if t in eos:
+                break
+            kept.append(t)
+        if not kept:
+            return ""
+        tok = self.tokenizer
+        whole = tok.decode(prompt_ids + kept, skip_special_tokens=True)
+        head = tok.decode(prompt_ids, skip_special_tokens=True)
+        if whole.startswith(head):
+            return whole[len(head) :]
+        return tok.decode(kept, skip_special_tokens=True)

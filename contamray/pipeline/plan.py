@@ -1,0 +1,267 @@
+"""From a composed config to a validated plan of cells, before any work starts.
+
+Every name in the config is checked here — models, engine backends, benchmark adapters, methods and
+their parameters, the corpus — so a typo fails in a second with the config key and the choices, not
+an hour into a sweep. The plan is plain data: the pipeline (``contamray.pipeline.runner``) executes it.
+
+A *cell* is one (model × benchmark partition × method) answer. Open-data methods look at a corpus,
+not a model, so their cells carry the corpus label in the model column (``corpus:<kind>``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from contamray.methods.base import Method, get_method, method_names
+
+MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency")
+BACKENDS = ("auto", "hf", "vllm")
+
+
+class ConfigError(ValueError):
+    """A config key is wrong; the message names the key, what was found and the choices."""
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model and the actor pool that hosts it."""
+
+    name: str
+    engine: dict[str, Any]  # EngineSpec fields (source, backend, dtype, ...)
+    num_gpus: float = 0.0
+    num_cpus: float = 1.0
+    concurrency: int = 1
+
+    @property
+    def backend(self) -> str:
+        return str(self.engine["backend"])
+
+
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    name: str
+    adapter: str
+    config: str | None
+    split: str | None
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class MethodPlan:
+    label: str
+    method_name: str
+    params: dict[str, Any]
+
+    @property
+    def method(self) -> Method:
+        return get_method(self.method_name)
+
+    @property
+    def family(self) -> str:
+        return self.method.family
+
+    def config(self) -> Any:
+        return self.method.make_config(self.params, where=f"methods.{self.label}")
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    benchmark: str
+    method: str  # the method label (key under `methods:`)
+    family: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}|{self.benchmark}|{self.method}"
+
+
+@dataclass
+class Plan:
+    models: dict[str, ModelPlan]
+    benchmarks: dict[str, BenchmarkPlan]
+    methods: dict[str, MethodPlan]
+    corpus: dict[str, Any]
+    judge: ModelPlan | None
+    seed: int
+    data: dict[str, Any]
+    ray: dict[str, Any]
+    cells: list[Cell] = field(default_factory=list)
+
+    @property
+    def corpus_label(self) -> str:
+        return f"corpus:{self.corpus.get('kind', 'none')}"
+
+    def closed_methods(self) -> list[MethodPlan]:
+        return [m for m in self.methods.values() if m.family == "closed"]
+
+    def open_methods(self) -> list[MethodPlan]:
+        return [m for m in self.methods.values() if m.family == "open"]
+
+    def engine_pools(self) -> list[ModelPlan]:
+        """The engine actor pools the run creates: each target model, plus a separate judge."""
+        pools = list(self.models.values()) if self.closed_methods() else []
+        if self.judge is not None and any(_needs_judge(m) for m in self.closed_methods()):
+            pools.append(self.judge)
+        return pools
+
+    def cell_hash(self, cell: Cell) -> str:
+        """A content hash of everything that decides a cell's result (for reuse across runs)."""
+        parts: dict[str, Any] = {
+            "benchmark": dataclasses.asdict(self.benchmarks[cell.benchmark]),
+            "method": dataclasses.asdict(self.methods[cell.method]),
+            "seed": self.seed,
+            "mirror": bool(self.data.get("mirror_dir")),
+        }
+        if cell.family == "closed":
+            parts["model"] = self.models[cell.model].engine
+            if _needs_judge(self.methods[cell.method]):
+                parts["judge"] = self.judge.engine if self.judge else "self"
+        else:
+            parts["corpus"] = self.corpus
+        blob = json.dumps(parts, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _needs_judge(method: MethodPlan) -> bool:
+    return "judge" in method.method.engine_roles_for(method.config())
+
+
+def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
+    """Validate the composed config and lay out its cells. Raises ConfigError naming the key."""
+    c = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(c, dict)
+    engine_override = (c.get("engine") or {}).get("backend")
+    models = {
+        name: _model_plan(f"models.{name}", name, spec, engine_override)
+        for name, spec in (c.get("models") or {}).items()
+    }
+    benchmarks = {
+        name: _benchmark_plan(name, spec) for name, spec in (c.get("benchmarks") or {}).items()
+    }
+    methods = {label: _method_plan(label, spec) for label, spec in (c.get("methods") or {}).items()}
+    if not benchmarks:
+        raise ConfigError("benchmarks: no benchmark selected; add one, e.g. benchmark=[gsm8k]")
+    if not methods:
+        raise ConfigError("methods: no method selected; add one, e.g. method=[guided_prompting]")
+    corpus = dict(c.get("corpus") or {"kind": "none"})
+    judge_spec = c.get("judge")
+    judge = _model_plan("judge", "judge", judge_spec, engine_override) if judge_spec else None
+    plan = Plan(
+        models=models,
+        benchmarks=benchmarks,
+        methods=methods,
+        corpus=corpus,
+        judge=judge,
+        seed=int((c.get("run") or {}).get("seed", 0)),
+        data=dict(c.get("data") or {}),
+        ray=dict(c.get("ray") or {}),
+    )
+    closed = plan.closed_methods()
+    if closed and not models:
+        raise ConfigError(
+            f"models: methods {', '.join(m.label for m in closed)} probe a model but no model is "
+            "selected; add one, e.g. model=[smollm2_135m]"
+        )
+    if plan.open_methods() and corpus.get("kind", "none") == "none":
+        raise ConfigError(
+            f"corpus: methods {', '.join(m.label for m in plan.open_methods())} scan a corpus but "
+            "corpus.kind is none; choose corpus=files corpus.paths=[...] or corpus=planted"
+        )
+    for bench in benchmarks:
+        for m in methods.values():
+            if m.family == "closed":
+                plan.cells += [Cell(model, bench, m.label, "closed") for model in models]
+            else:
+                plan.cells.append(Cell(plan.corpus_label, bench, m.label, "open"))
+    return plan
+
+
+def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:
+    from contamray.engines import EngineSpec
+
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: expected a mapping with at least `source`, got {spec!r}")
+    spec = dict(spec)
+    pool = {k: spec.pop(k) for k in MODEL_POOL_KEYS if k in spec}
+    known = {f.name for f in dataclasses.fields(EngineSpec)} - {"name"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known keys: "
+            f"{', '.join(sorted(known | set(MODEL_POOL_KEYS)))}"
+        )
+    if not spec.get("source"):
+        raise ConfigError(f"{where}.source: missing; give a hub id, a local directory or smollm2-135m")
+    spec["name"] = name
+    if engine_override:
+        spec["backend"] = engine_override
+    backend = spec.get("backend", "auto")
+    if backend not in BACKENDS:
+        raise ConfigError(f"{where}.backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    num_gpus = float(pool.get("num_gpus", 0) or 0)
+    if backend == "auto":
+        # Resolved here, not inside the actor, so the plan states what will run: vLLM on GPU actors,
+        # transformers on CPU actors (on CPU the two are close; see ENVIRONMENT.md).
+        spec["backend"] = "vllm" if num_gpus > 0 else "hf"
+    concurrency = int(pool.get("concurrency", 1) or 1)
+    if concurrency < 1:
+        raise ConfigError(f"{where}.concurrency: must be >= 1, got {concurrency}")
+    return ModelPlan(
+        name=name,
+        engine=spec,
+        num_gpus=num_gpus,
+        num_cpus=float(pool.get("num_cpus", 1) or 0),
+        concurrency=concurrency,
+    )
+
+
+def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
+    from contamray.benchmarks import adapter_names, get_adapter
+
+    where = f"benchmarks.{name}"
+    if not isinstance(spec, dict) or "adapter" not in spec:
+        raise ConfigError(f"{where}: expected a mapping with `adapter` (one of {', '.join(adapter_names())})")
+    unknown = sorted(set(spec) - {"adapter", "config", "split", "limit"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: adapter, config, split, limit")
+    try:
+        adapter = get_adapter(spec["adapter"])
+    except KeyError as err:
+        raise ConfigError(f"{where}.adapter: {err.args[0]}") from None
+    split = spec.get("split")
+    splits = list(getattr(adapter, "splits", []) or [])
+    if split is not None and splits and split not in splits:
+        raise ConfigError(f"{where}.split: {split!r} is not a split of {spec['adapter']}; choices: {', '.join(splits)}")
+    limit = spec.get("limit")
+    if limit is not None and int(limit) < 1:
+        raise ConfigError(f"{where}.limit: must be >= 1 or null (all rows), got {limit}")
+    return BenchmarkPlan(
+        name=name,
+        adapter=spec["adapter"],
+        config=spec.get("config"),
+        split=split,
+        limit=None if limit is None else int(limit),
+    )
+
+
+def _method_plan(label: str, spec: Any) -> MethodPlan:
+    where = f"methods.{label}"
+    if not isinstance(spec, dict) or "method" not in spec:
+        raise ConfigError(f"{where}: expected a mapping with `method` (one of {', '.join(method_names())})")
+    params = {k: v for k, v in spec.items() if k != "method"}
+    try:
+        method = get_method(spec["method"])
+    except KeyError as err:
+        raise ConfigError(f"{where}.method: {err.args[0]}") from None
+    try:
+        method.make_config(params, where=where)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    return MethodPlan(label=label, method_name=spec["method"], params=params)

@@ -1,0 +1,122 @@
+"""The Hydra config tree: composition, experiments, and errors that name the key before any work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from contamray.pipeline.plan import ConfigError, build_plan
+from contamray.run import CONF_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=False)
+
+
+def plan_of(*overrides: str):
+    cfg = composed(*overrides)
+    cfg.run.output_dir = "unused"
+    return build_plan(cfg)
+
+
+def test_defaults_plan_both_families_on_the_embedded_model():
+    plan = plan_of()
+    assert list(plan.models) == ["smollm2_135m"]
+    assert plan.models["smollm2_135m"].backend == "hf"  # auto without a GPU -> transformers
+    assert {c.family for c in plan.cells} == {"closed", "open"}
+    assert len(plan.cells) == 4  # 2 benchmarks x (1 closed method x 1 model + 1 open method)
+
+
+def test_smoke_experiment():
+    cfg = composed("+exp=smoke")
+    assert cfg.run.name == "smoke" and cfg.run.limit == 20
+    assert set(cfg.benchmarks) == {"arc_challenge", "gsm8k"}
+    assert cfg.benchmarks.gsm8k.limit == 20
+    assert set(cfg.methods) == {"guided_prompting", "ngram13"}
+
+
+def test_llama2_openllm_plans_vllm_gpu_pools_on_six_datasets():
+    plan = plan_of("+exp=llama2_openllm")
+    assert set(plan.benchmarks) == {"arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "winogrande", "gsm8k"}
+    assert all(b.limit == 100 for b in plan.benchmarks.values())
+    (pool,) = plan.engine_pools()
+    assert pool.engine["source"] == "meta-llama/Llama-2-7b-hf"
+    assert pool.backend == "vllm" and pool.num_gpus == 1
+
+
+def test_plain_overrides_change_anything():
+    plan = plan_of("run.limit=5", "run.seed=7", "model=[smollm2_135m]", "benchmark=[winogrande]", "method=[ngram8]")
+    assert plan.seed == 7 and plan.benchmarks["winogrande"].limit == 5
+    assert [c.method for c in plan.cells] == ["ngram8"]
+
+
+def test_engine_group_overrides_every_model_backend():
+    plan = plan_of("engine=vllm")
+    assert plan.models["smollm2_135m"].backend == "vllm"
+
+
+def test_cell_hash_changes_with_what_decides_the_result():
+    a = plan_of()
+    b = plan_of("run.seed=1")
+    c = plan_of("run.limit=7")
+    cell = a.cells[0]
+    assert a.cell_hash(cell) == plan_of().cell_hash(cell)
+    assert a.cell_hash(cell) != b.cell_hash(cell) != c.cell_hash(cell)
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("+methods.guided_prompting.bogus_param=1", "methods.guided_prompting"),
+        ("+benchmarks.extra.adapter=no_such_benchmark", "benchmarks.extra.adapter"),
+        ("models.smollm2_135m.backend=tpu", "models.smollm2_135m.backend"),
+        ("+models.smollm2_135m.colour=red", "models.smollm2_135m"),
+        ("benchmarks.gsm8k.split=dev", "benchmarks.gsm8k.split"),
+        ("methods.ngram13.method=no_such_method", "methods.ngram13.method"),
+    ],
+)
+def test_bad_values_fail_in_the_plan_naming_the_key(override, named):
+    with pytest.raises(ConfigError) as err:
+        plan_of(override)
+    assert named in str(err.value)
+
+
+def test_open_method_without_corpus_is_refused():
+    with pytest.raises(ConfigError, match="corpus"):
+        plan_of("corpus=none")
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "contamray.run", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cfg_job_prints_the_composed_llama2_config():
+    out = _run_cli("+exp=llama2_openllm", "--cfg", "job")
+    assert out.returncode == 0, out.stderr
+    assert "meta-llama/Llama-2-7b-hf" in out.stdout and "backend: vllm" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["no_such_key=1"], "no_such_key"),
+        (["model=[no_such_model]"], "no_such_model"),
+        (["benchmark=[no_such_benchmark]"], "no_such_benchmark"),
+        (["method=[no_such_method]"], "no_such_method"),
+        (["+methods.ngram13.bogus=2"], "bogus"),
+    ],
+)
+def test_cli_refuses_unknown_names_before_any_work(args, named, tmp_path):
+    out = _run_cli(*args, f"hydra.run.dir={tmp_path}/run")
+    assert out.returncode != 0
+    assert named in out.stderr
+    assert not (tmp_path / "run" / "examples.parquet").exists()
