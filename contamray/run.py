@@ -57,7 +57,9 @@ def run(cfg: DictConfig) -> Path:
             print(f"engine pool {p.pool}: backend={p.backend} num_gpus={p.num_gpus} x{p.concurrency} "
                   f"on nodes {p.nodes}")
         return output_dir
-    result = execute(plan, output_dir, force=bool(cfg.run.get("force", False)))
+    result = execute(
+        plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cfg.run.get("cells_uri") or None
+    )
     report = write_report(output_dir, result.partitions, config_yaml, f"contamray run: {cfg.run.name}")
     print(report.read_text().split("## Resolved config")[0])
     print(f"results: {output_dir}")

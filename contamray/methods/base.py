@@ -20,6 +20,22 @@ Open-data methods (the corpus is scanned; ``family = "open"``):
 
 Every per-example row carries ``record_id``, ``partition`` and ``error`` (empty when fine): a row
 that fails is kept with its error, never dropped, and ``reduce`` counts it in ``n_failed``.
+
+What ``reduce`` may see beyond its own rows (the runner provides it; all cells are scored before any
+is reduced):
+
+- ``reference_benchmark(cfg)`` (default: ``cfg.reference`` if the Config has it): the key of a
+  benchmark under ``benchmarks:`` known to be unseen. The runner scores it with the same method and
+  model and appends its rows to the table with ``is_reference=True`` (own rows ``False``);
+- ``contamination_source(cfg)`` (default: ``cfg.contamination_from``): the label of an open-data
+  method of the run; its per-example ``contaminated`` and ``contamination_type`` for the same
+  benchmark are merged into the table on ``record_id`` (clean-vs-dirty evaluation);
+- a record's ``meta["member"]`` (set by injection manifests) arrives as a ``member`` column when any
+  record of the partition has it, for instance-level ROC AUC.
+
+Open-data methods that need a model (e.g. an LLM judge over retrieved candidates) list ``"judge"``
+in ``engine_roles_for(cfg)`` and implement ``judge_requests(records, matches, cfg)``; the runner sends
+those to the judge engine and calls ``score(records, matches, cfg, outputs=...)``.
 """
 
 from __future__ import annotations
@@ -164,6 +180,14 @@ class Method:
         """The engine roles this configuration needs (e.g. a judge only when enabled)."""
         return self.engine_roles
 
+    def reference_benchmark(self, cfg: Any) -> str | None:
+        """Benchmark key whose rows ``reduce`` compares against (known unseen), or None."""
+        return getattr(cfg, "reference", None) or None
+
+    def contamination_source(self, cfg: Any) -> str | None:
+        """Label of the open-data method whose per-example contamination ``reduce`` needs, or None."""
+        return getattr(cfg, "contamination_from", None) or None
+
     # closed-data steps
     def requests(
         self, records: list[Record], cfg: Any, stage: int, outputs: dict[str, Output]
@@ -177,8 +201,12 @@ class Method:
     def match(self, docs: list[dict[str, Any]], index: Any, cfg: Any) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def judge_requests(self, records: list[Record], matches: list[dict[str, Any]], cfg: Any) -> list[Request]:
+        """Open-data methods with a judge: prompts about the retrieved candidates."""
+        raise NotImplementedError
+
     # both families
-    def score(self, records: list[Record], outputs: Any, cfg: Any) -> list[dict[str, Any]]:
+    def score(self, records: list[Record], outputs: Any, cfg: Any, **extra: Any) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def reduce(self, table: Any, cfg: Any) -> Verdict:

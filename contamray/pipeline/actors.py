@@ -99,12 +99,14 @@ class ScoreWorker:
         method, cfg = self.methods[label]
         data = json.loads(payload)
         records = [Record.from_row(r) for r in data["records"]]
-        if method.family == "closed":
-            evidence: Any = {o["key"]: Output.from_row(o) for o in data["outputs"]}
-        else:
-            evidence = data["matches"]
+        outputs = {o["key"]: Output.from_row(o) for o in data.get("outputs", [])}
         try:
-            rows = method.score(records, evidence, cfg)
+            if method.family == "closed":
+                rows = method.score(records, outputs, cfg)
+            elif "outputs" in data:  # open-data method with a judge
+                rows = method.score(records, data["matches"], cfg, outputs=outputs)
+            else:
+                rows = method.score(records, data["matches"], cfg)
         except Exception as err:  # noqa: BLE001 - the chunk's examples become error rows
             detail = _error_text(err) + " | " + traceback.format_exc(limit=3).replace("\n", " ")
             rows = [{"record_id": r.id, "partition": r.partition, "error": detail} for r in records]
@@ -124,7 +126,9 @@ class MatchWorker:
             self.indexes.append((cell_key, method, cfg, ray.get(ref)))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
-        docs = [{"doc_id": str(d), "text": str(t)} for d, t in zip(batch["doc_id"], batch["text"])]
+        docs = [
+            {"doc_id": str(d), "text": t if isinstance(t, str) else ""} for d, t in zip(batch["doc_id"], batch["text"])
+        ]
         cells: list[str] = []
         matches: list[str] = []
         for cell_key, method, cfg, index in self.indexes:

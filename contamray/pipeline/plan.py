@@ -69,6 +69,9 @@ class MethodPlan:
     def config(self) -> Any:
         return self.method.make_config(self.params, where=f"methods.{self.label}")
 
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.method.engine_roles_for(self.config()))
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -89,6 +92,7 @@ class Plan:
     methods: dict[str, MethodPlan]
     corpus: dict[str, Any]
     judge: ModelPlan | None
+    reference_model: ModelPlan | None
     seed: int
     data: dict[str, Any]
     ray: dict[str, Any]
@@ -105,32 +109,65 @@ class Plan:
         return [m for m in self.methods.values() if m.family == "open"]
 
     def engine_pools(self) -> list[ModelPlan]:
-        """The engine actor pools the run creates: each target model, plus a separate judge."""
+        """The engine actor pools the run creates: each target model, plus judge / reference models."""
         pools = list(self.models.values()) if self.closed_methods() else []
-        if self.judge is not None and any(_needs_judge(m) for m in self.closed_methods()):
-            pools.append(self.judge)
+        roles = {role for m in self.methods.values() for role in m.roles()}
+        if "judge" in roles:
+            judge = self.pool_for_role("judge", next(iter(self.models), ""))
+            if judge not in pools:
+                pools.append(judge)
+        if "reference" in roles and self.reference_model is not None:
+            pools.append(self.reference_model)
         return pools
+
+    def pool_for_role(self, role: str, model: str) -> ModelPlan:
+        """The engine pool that answers ``role`` for target ``model``.
+
+        The judge is the top-level ``judge`` model when set, else the target model itself (open-data
+        cells have no target: the first model of the run). The reference model is ``reference_model``.
+        """
+        if role == "judge" and self.judge is not None:
+            return self.judge
+        if role == "reference":
+            if self.reference_model is None:
+                raise ConfigError("reference_model: a method needs a reference model; set reference_model")
+            return self.reference_model
+        if model in self.models:
+            return self.models[model]
+        return next(iter(self.models.values()))
+
+    def dependencies(self, cell: Cell) -> list[Cell]:
+        """Cells whose per-example rows ``cell``'s reduce needs (reference partition, contamination)."""
+        mp = self.methods[cell.method]
+        method, cfg = mp.method, mp.config()
+        deps = []
+        ref = method.reference_benchmark(cfg)
+        if ref and ref != cell.benchmark:
+            deps.append(Cell(cell.model, ref, cell.method, cell.family))
+        source = method.contamination_source(cfg)
+        if source:
+            deps.append(Cell(self.corpus_label, cell.benchmark, source, "open"))
+        return deps
 
     def cell_hash(self, cell: Cell) -> str:
         """A content hash of everything that decides a cell's result (for reuse across runs)."""
+        mp = self.methods[cell.method]
         parts: dict[str, Any] = {
             "benchmark": dataclasses.asdict(self.benchmarks[cell.benchmark]),
-            "method": dataclasses.asdict(self.methods[cell.method]),
+            "method": dataclasses.asdict(mp),
             "seed": self.seed,
             "mirror": bool(self.data.get("mirror_dir")),
         }
         if cell.family == "closed":
             parts["model"] = self.models[cell.model].engine
-            if _needs_judge(self.methods[cell.method]):
-                parts["judge"] = self.judge.engine if self.judge else "self"
         else:
             parts["corpus"] = self.corpus
+        for role in mp.roles():
+            if role != "target":
+                parts[role] = self.pool_for_role(role, cell.model).engine
+        parts["dependencies"] = [self.cell_hash(dep) for dep in self.dependencies(cell)]
         blob = json.dumps(parts, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _needs_judge(method: MethodPlan) -> bool:
-    return "judge" in method.method.engine_roles_for(method.config())
 
 
 def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
@@ -153,12 +190,17 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     corpus = dict(c.get("corpus") or {"kind": "none"})
     judge_spec = c.get("judge")
     judge = _model_plan("judge", "judge", judge_spec, engine_override) if judge_spec else None
+    ref_spec = c.get("reference_model")
+    reference = (
+        _model_plan("reference_model", "reference_model", ref_spec, engine_override) if ref_spec else None
+    )
     plan = Plan(
         models=models,
         benchmarks=benchmarks,
         methods=methods,
         corpus=corpus,
         judge=judge,
+        reference_model=reference,
         seed=int((c.get("run") or {}).get("seed", 0)),
         data=dict(c.get("data") or {}),
         ray=dict(c.get("ray") or {}),
@@ -174,6 +216,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             f"corpus: methods {', '.join(m.label for m in plan.open_methods())} scan a corpus but "
             "corpus.kind is none; choose corpus=files corpus.paths=[...] or corpus=planted"
         )
+    _check_roles_and_dependencies(plan)
     for bench in benchmarks:
         for m in methods.values():
             if m.family == "closed":
@@ -181,6 +224,33 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             else:
                 plan.cells.append(Cell(plan.corpus_label, bench, m.label, "open"))
     return plan
+
+
+def _check_roles_and_dependencies(plan: Plan) -> None:
+    for m in plan.methods.values():
+        roles = m.roles()
+        where = f"methods.{m.label}"
+        if "reference" in roles and plan.reference_model is None:
+            raise ConfigError(
+                f"{where}: method {m.method_name} compares against a reference model; set reference_model "
+                "to a model spec (e.g. reference_model={source: smollm2-135m})"
+            )
+        if "judge" in roles and plan.judge is None and not plan.models:
+            raise ConfigError(f"{where}: method {m.method_name} needs a judge engine; set judge or add a model")
+        cfg = m.config()
+        ref = m.method.reference_benchmark(cfg)
+        if ref and ref not in plan.benchmarks:
+            raise ConfigError(
+                f"{where}.reference: {ref!r} is not a benchmark of this run; add it under benchmarks "
+                f"(choices now: {', '.join(plan.benchmarks)})"
+            )
+        source = m.method.contamination_source(cfg)
+        if source and (source not in plan.methods or plan.methods[source].family != "open"):
+            opens = [x.label for x in plan.open_methods()]
+            raise ConfigError(
+                f"{where}.contamination_from: {source!r} is not an open-data method of this run; "
+                f"choices: {', '.join(opens) or 'none (add one, e.g. method=[...,ngram13])'}"
+            )
 
 
 def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:

@@ -1,20 +1,27 @@
 """Execute a Plan on Ray: engine actor pools, CPU scoring actors, corpus scans, reducers.
 
-Closed-data cells of one model run together, stage by stage: every cell's requests of a stage go
-through one Ray Data pass over that model's engine actor pool (``map_batches`` with
-``ActorPoolStrategy``, ``num_gpus``/``num_cpus`` from the model's config), so the pool is shared by
-all benchmarks and methods of the model. Open-data cells share one streaming pass over the corpus:
-the benchmark indexes are ``ray.put`` once and every corpus batch is matched against all of them in
-CPU actors. Engine outputs and corpus matches then go through CPU scoring actors (chunks of a cell),
-and one Ray task per cell reduces its per-example table to a Verdict, stored as soon as it is done.
+Two phases, each stored as it finishes so an interrupted run loses nothing it computed:
+
+1. **Score.** Closed-data cells of one model run together, stage by stage: every cell's requests of
+   a stage go through one Ray Data pass over the model's engine actor pool (``map_batches`` with
+   ``ActorPoolStrategy``, ``num_gpus``/``num_cpus`` from the model's config), so the pool is shared
+   by all benchmarks and methods of the model; models run concurrently, each in its own pool.
+   Open-data cells share one streaming pass over the corpus: the benchmark indexes are ``ray.put``
+   once and every corpus batch is matched against all of them in CPU actors. Engine outputs and
+   corpus matches go through CPU scoring actors (chunks of a cell); each cell's per-example table is
+   stored (``cells/<hash>/examples.parquet``).
+2. **Reduce.** One Ray task per cell turns its table — plus the rows of the cells it depends on (a
+   reference partition, an open-data method's contamination labels) — into a Verdict, stored
+   (``verdict.json``). A cell with a verdict is finished and reused by the next run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,24 +48,35 @@ class RunResult:
     computed: list[str]
 
 
-def execute(plan: Plan, output_dir: str | Path, force: bool = False) -> RunResult:
-    """Run every cell of ``plan`` not already finished in ``output_dir`` and merge the results."""
-    store = ResultStore(output_dir)
-    todo = [c for c in plan.cells if force or not store.has(plan.cell_hash(c))]
+def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: str | None = None) -> RunResult:
+    """Run every cell of ``plan`` not already finished and merge the results into ``output_dir``.
+
+    Finished cells live under ``cells_uri`` (default ``output_dir/cells``; any fsspec URI).
+    """
+    store = ResultStore(output_dir, cells_root=cells_uri)
+    hashes = {c: plan.cell_hash(c) for c in plan.cells}
+    if force:
+        for cell in plan.cells:
+            store.discard(hashes[cell])
+    todo = [c for c in plan.cells if not store.has(hashes[c])]
     reused = [c.key for c in plan.cells if c not in todo]
     for key in reused:
         log.info("reusing finished cell %s", key)
-    if todo:
-        records, failures = load_benchmarks(plan, {c.benchmark for c in todo})
-        closed = [c for c in todo if c.family == "closed"]
-        opened = [c for c in todo if c.family == "open"]
+    # every cell a reduce needs must be scored, even when it is only a dependency
+    needed = {dep for c in todo for dep in plan.dependencies(c)} | set(todo)
+    to_score = [c for c in plan.cells if c in needed and not store.has_examples(hashes[c])]
+    if to_score:
+        records, failures = load_benchmarks(plan, {c.benchmark for c in to_score})
+        closed = [c for c in to_score if c.family == "closed"]
+        opened = [c for c in to_score if c.family == "open"]
+        if opened:  # first: closed cells may depend on open ones, never the other way round
+            _score_open(plan, opened, records, failures, store, Path(output_dir))
         if closed:
-            _run_closed(plan, closed, records, failures, store)
-        if opened:
-            _run_open(plan, opened, records, failures, store, Path(output_dir))
+            _score_closed(plan, closed, records, failures, store)
+    _reduce(plan, [c for c in todo if not store.has(hashes[c])], store)
     frames, verdicts = [], []
     for cell in plan.cells:
-        examples, verdict = store.load(cell, plan.cell_hash(cell))
+        examples, verdict = store.load(cell, hashes[cell])
         frames.append(examples)
         verdicts.append(verdict)
     store.write_run(frames, verdicts)
@@ -71,13 +89,13 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False) -> RunResul
     )
 
 
-def load_benchmarks(plan: Plan, names: set[str]) -> tuple[dict[str, list[Record]], dict[str, list[dict]]]:
+def load_benchmarks(plan: Plan, names: Iterable[str]) -> tuple[dict[str, list[Record]], dict[str, list[dict]]]:
     """Load the rows of each benchmark once; bad rows become failure rows (or stop when strict)."""
     from contamray.benchmarks import load_records
 
     records: dict[str, list[Record]] = {}
     failures: dict[str, list[dict]] = {}
-    for name in sorted(names):
+    for name in sorted(set(names)):
         b = plan.benchmarks[name]
         result = load_records(
             b.adapter,
@@ -102,65 +120,72 @@ def _failure_row(failure: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# closed-data: engine passes per model and stage
+# closed-data: engine passes per model and stage, models concurrently
 
 
-def _run_closed(
+def _score_closed(
     plan: Plan,
     cells: list[Cell],
     records: dict[str, list[Record]],
     failures: dict[str, list[dict]],
     store: ResultStore,
 ) -> None:
-    for model_name in plan.models:
-        model_cells = [c for c in cells if c.model == model_name]
-        if not model_cells:
-            continue
-        outputs: dict[str, dict[str, Output]] = {c.key: {} for c in model_cells}
-        request_records: dict[str, dict[str, tuple[str, ...]]] = {c.key: {} for c in model_cells}
-        active = list(model_cells)
-        cell_errors: dict[str, str] = {}
-        stage = 0
-        while active:
-            by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
-            still_active = []
-            for cell in active:
-                mp = plan.methods[cell.method]
-                try:
-                    reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
-                except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
-                    cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
-                    log.error("cell %s: %s", cell.key, cell_errors[cell.key])
-                    continue
-                if reqs:
-                    still_active.append(cell)
-                    for req in reqs:
-                        request_records[cell.key][req.key] = req.record_ids
-                        by_pool[_pool_for(plan, model_name, req.engine).name].append((cell.key, req))
-            for pool_name, items in by_pool.items():
-                pool = plan.judge if plan.judge is not None and pool_name == plan.judge.name else plan.models[pool_name]
-                log.info("model %s stage %d: %d requests on pool %s", model_name, stage, len(items), pool_name)
-                for cell_key, out in run_engine_pass(pool, items, plan.ray):
-                    outputs[cell_key][out.key] = out
-            active = still_active
-            stage += 1
-        payloads = []
-        for cell in model_cells:
-            scope = plan.methods[cell.method].method.score_scope
-            size = SCORE_CHUNK if scope == "example" else max(1, len(records[cell.benchmark]))
-            for chunk in _chunks(records[cell.benchmark], size):
-                ids = {r.id for r in chunk}
-                outs = [
-                    o.to_row() for key, o in outputs[cell.key].items() if ids & set(request_records[cell.key][key])
-                ]
-                payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
-        _score_and_reduce(plan, model_cells, payloads, failures, store, cell_errors)
+    models = [m for m in plan.models if any(c.model == m for c in cells)]
+    with ThreadPoolExecutor(max_workers=max(1, len(models)), thread_name_prefix="model") as pool:
+        futures = [
+            pool.submit(_score_closed_model, plan, m, [c for c in cells if c.model == m], records, failures, store)
+            for m in models
+        ]
+        for future in futures:
+            future.result()
 
 
-def _pool_for(plan: Plan, model_name: str, role: str) -> ModelPlan:
-    if role == "judge" and plan.judge is not None:
-        return plan.judge
-    return plan.models[model_name]
+def _score_closed_model(
+    plan: Plan,
+    model_name: str,
+    cells: list[Cell],
+    records: dict[str, list[Record]],
+    failures: dict[str, list[dict]],
+    store: ResultStore,
+) -> None:
+    outputs: dict[str, dict[str, Output]] = {c.key: {} for c in cells}
+    request_records: dict[str, dict[str, tuple[str, ...]]] = {c.key: {} for c in cells}
+    cell_errors: dict[str, str] = {}
+    active, stage = list(cells), 0
+    while active:
+        by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
+        pools: dict[str, ModelPlan] = {}
+        still_active = []
+        for cell in active:
+            mp = plan.methods[cell.method]
+            try:
+                reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
+            except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
+                cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
+                log.error("cell %s: %s", cell.key, cell_errors[cell.key])
+                continue
+            if reqs:
+                still_active.append(cell)
+            for req in reqs:
+                request_records[cell.key][req.key] = req.record_ids
+                pool = plan.pool_for_role(req.engine, model_name)
+                pools[pool.name] = pool
+                by_pool[pool.name].append((cell.key, req))
+        for pool_name, items in by_pool.items():
+            log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
+            for cell_key, out in run_engine_pass(pools[pool_name], items, plan.ray):
+                outputs[cell_key][out.key] = out
+        active = still_active
+        stage += 1
+    payloads = []
+    for cell in cells:
+        scope = plan.methods[cell.method].method.score_scope
+        size = SCORE_CHUNK if scope == "example" else max(1, len(records[cell.benchmark]))
+        for chunk in _chunks(records[cell.benchmark], size):
+            ids = {r.id for r in chunk}
+            outs = [o.to_row() for key, o in outputs[cell.key].items() if ids & set(request_records[cell.key][key])]
+            payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
+    _score_cells(plan, cells, payloads, records, failures, store, cell_errors)
 
 
 def run_engine_pass(
@@ -191,7 +216,7 @@ def engine_pool_options(pool: ModelPlan, ray_cfg: dict[str, Any]) -> dict[str, A
 # open-data: one streaming pass over the corpus for all cells
 
 
-def _run_open(
+def _score_open(
     plan: Plan,
     cells: list[Cell],
     records: dict[str, list[Record]],
@@ -226,26 +251,56 @@ def _run_open(
     for batch in matched.iter_batches(batch_format="numpy", batch_size=4096):
         for cell_key, match in zip(batch["cell"], batch["match"]):
             matches[str(cell_key)].append(json.loads(match))
+    judged = _judge_open_cells(plan, cells, records, matches)
     payloads = []
     for cell in cells:
         by_record: dict[str, list[dict]] = defaultdict(list)
         for m in matches[cell.key]:
             by_record[str(m["record_id"])].append(m)
-        for chunk in _chunks(records[cell.benchmark], SCORE_CHUNK):
-            payloads.append(
-                (cell, {"records": [r.to_row() for r in chunk], "matches": [m for r in chunk for m in by_record[r.id]]})
-            )
-    _score_and_reduce(plan, cells, payloads, failures, store, {})
+        scope = plan.methods[cell.method].method.score_scope
+        size = SCORE_CHUNK if scope == "example" else max(1, len(records[cell.benchmark]))
+        for chunk in _chunks(records[cell.benchmark], size):
+            payload: dict[str, Any] = {
+                "records": [r.to_row() for r in chunk],
+                "matches": [m for r in chunk for m in by_record[r.id]],
+            }
+            if cell.key in judged:
+                payload["outputs"] = [o.to_row() for o in judged[cell.key]]
+            payloads.append((cell, payload))
+    _score_cells(plan, cells, payloads, records, failures, store, {})
+
+
+def _judge_open_cells(
+    plan: Plan, cells: list[Cell], records: dict[str, list[Record]], matches: dict[str, list[dict]]
+) -> dict[str, list[Output]]:
+    """Open-data methods with an LLM judge: their prompts about retrieved candidates, answered."""
+    items: dict[str, list[tuple[str, Request]]] = defaultdict(list)
+    pools: dict[str, ModelPlan] = {}
+    for cell in cells:
+        mp = plan.methods[cell.method]
+        if "judge" not in mp.roles():
+            continue
+        for req in mp.method.judge_requests(records[cell.benchmark], matches[cell.key], mp.config()):
+            pool = plan.pool_for_role("judge", "")
+            pools[pool.name] = pool
+            items[pool.name].append((cell.key, req))
+    judged: dict[str, list[Output]] = {c.key: [] for c in cells if "judge" in plan.methods[c.method].roles()}
+    for pool_name, pool_items in items.items():
+        log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
+        for cell_key, out in run_engine_pass(pools[pool_name], pool_items, plan.ray):
+            judged[cell_key].append(out)
+    return judged
 
 
 # ---------------------------------------------------------------------------------------------
-# scoring (CPU actors) and reducing (one task per cell)
+# scoring (CPU actors)
 
 
-def _score_and_reduce(
+def _score_cells(
     plan: Plan,
     cells: list[Cell],
     payloads: list[tuple[Cell, dict[str, Any]]],
+    records: dict[str, list[Record]],
     failures: dict[str, list[dict]],
     store: ResultStore,
     cell_errors: dict[str, str],
@@ -253,8 +308,7 @@ def _score_and_reduce(
     rows_by_cell: dict[str, list[dict]] = defaultdict(list)
     if payloads:
         items = [
-            {"cell": cell.key, "method": cell.method, "payload": json.dumps(p, default=str)}
-            for cell, p in payloads
+            {"cell": cell.key, "method": cell.method, "payload": json.dumps(p, default=str)} for cell, p in payloads
         ]
         methods = {label: (mp.method_name, mp.params) for label, mp in plan.methods.items()}
         scored = ray.data.from_items(items).map_batches(
@@ -267,7 +321,6 @@ def _score_and_reduce(
         )
         for row in scored.iter_rows():
             rows_by_cell[str(row["cell"])].extend(json.loads(row["rows"]))
-    pending = {}
     for cell in cells:
         rows = rows_by_cell[cell.key] + [dict(f) for f in failures.get(cell.benchmark, [])]
         if cell.key in cell_errors:
@@ -275,17 +328,68 @@ def _score_and_reduce(
         table = pd.DataFrame(rows)
         if "error" not in table.columns:
             table["error"] = ""
-        table["error"] = table["error"].fillna("")
+        table["error"] = table["error"].fillna("").astype(str)
+        _add_membership(table, records.get(cell.benchmark, []))
+        store.put_examples(cell, plan.cell_hash(cell), table)
+    # reduce now what can be reduced, so finished cells are stored while other models still run
+    ready = [
+        c for c in plan.cells
+        if not store.has(plan.cell_hash(c))
+        and store.has_examples(plan.cell_hash(c))
+        and all(store.has_examples(plan.cell_hash(d)) for d in plan.dependencies(c))
+        and (c in cells or any(d in cells for d in plan.dependencies(c)))
+    ]
+    _reduce(plan, ready, store)
+
+
+def _add_membership(table: pd.DataFrame, records: list[Record]) -> None:
+    """Per-example membership truth (``meta["member"]``, from injection manifests) as a column."""
+    members = {r.id: r.meta["member"] for r in records if "member" in r.meta}
+    if members and "record_id" in table.columns:
+        table["member"] = table["record_id"].map(lambda rid: members.get(rid))
+
+
+# ---------------------------------------------------------------------------------------------
+# reducing (one task per cell, with the rows of the cells it depends on)
+
+
+def _reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> None:
+    pending = []
+    for cell in cells:
+        table = reduce_input(plan, cell, store)
         mp = plan.methods[cell.method]
-        pending[cell.key] = (cell, table, _reduce_cell.remote(mp.method_name, mp.label, mp.params, table))
-    for cell, table, ref in pending.values():
+        pending.append((cell, _reduce_cell.remote(mp.method_name, mp.label, mp.params, table)))
+    for cell, ref in pending:
         verdict = ray.get(ref)
-        store.put(cell, plan.cell_hash(cell), table, verdict)
+        store.put_verdict(cell, plan.cell_hash(cell), verdict)
         log.info(
-            "cell %s: contaminated=%s p=%s rate=%s (%d examples, %d failed)",
+            "cell %s: contaminated=%s p=%s rate=%s (%d examples, %d failed)%s",
             cell.key, verdict.get("contaminated"), verdict.get("p_value"), verdict.get("rate"),
             verdict.get("n_examples", 0), verdict.get("n_failed", 0),
+            f" ERROR {verdict['error']}" if verdict.get("error") else "",
         )
+
+
+def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:
+    """The table a cell's reduce sees: its own rows, reference rows, merged contamination labels."""
+    own = store.load_examples(plan.cell_hash(cell))
+    mp = plan.methods[cell.method]
+    cfg = mp.config()
+    ref = mp.method.reference_benchmark(cfg)
+    if ref and ref != cell.benchmark:
+        reference = store.load_examples(plan.cell_hash(Cell(cell.model, ref, cell.method, cell.family)))
+        own = pd.concat(
+            [own.assign(is_reference=False), reference.assign(is_reference=True)], ignore_index=True
+        )
+    source = mp.method.contamination_source(cfg)
+    if source:
+        labels = store.load_examples(plan.cell_hash(Cell(plan.corpus_label, cell.benchmark, source, "open")))
+        keep = [c for c in ("record_id", "contaminated", "contamination_type") if c in labels.columns]
+        labels = labels[keep].drop_duplicates("record_id")
+        own = own.drop(columns=[c for c in keep if c != "record_id" and c in own.columns]).merge(
+            labels, on="record_id", how="left"
+        )
+    return own
 
 
 @ray.remote(num_cpus=1)
@@ -294,15 +398,17 @@ def _reduce_cell(method_name: str, label: str, params: dict[str, Any], table: pd
 
     method = get_method(method_name)
     cfg = method.make_config(params, where=f"methods.{label}")
-    partition = str(table["partition"].iloc[0]) if "partition" in table.columns and len(table) else ""
+    own = table[~table["is_reference"].astype(bool)] if "is_reference" in table.columns else table
+    names = own["partition"].dropna() if "partition" in own.columns else pd.Series(dtype=str)
+    partition = str(names.iloc[0]) if len(names) else ""
     try:
         verdict = method.reduce(table, cfg).to_row()
         verdict["error"] = ""
     except Exception as err:  # noqa: BLE001 - a cell that cannot be reduced is reported, not fatal
-        n_failed = int((table["error"] != "").sum()) if len(table) else 0
+        n_failed = int((own["error"] != "").sum()) if len(own) else 0
         verdict = {
             "method": method_name, "partition": partition, "statistic": float("nan"), "contaminated": False,
-            "p_value": None, "rate": None, "n_examples": len(table), "n_failed": n_failed, "details": {},
+            "p_value": None, "rate": None, "n_examples": len(own), "n_failed": n_failed, "details": {},
             "error": f"reduce failed: {type(err).__name__}: {err}",
         }
     verdict["method_name"] = method_name
@@ -312,8 +418,3 @@ def _reduce_cell(method_name: str, label: str, params: dict[str, Any], table: pd
 
 def _chunks(items: list[Record], size: int) -> list[list[Record]]:
     return [items[i : i + size] for i in range(0, len(items), size)] or [[]]
-
-
-def seeded_random(seed: int, *parts: Any) -> random.Random:
-    """A Random derived from the run seed and names, so each use is independent and reproducible."""
-    return random.Random(f"{seed}|" + "|".join(map(str, parts)))

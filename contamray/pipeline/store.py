@@ -1,77 +1,122 @@
-"""Where results live: one folder per finished cell, then the run's merged tables.
+"""Where results live: one folder per cell, then the run's merged tables.
 
-Each cell is written as soon as it is reduced (``cells/<hash>/examples.parquet`` + ``verdict.json``,
-renamed into place atomically), so an interrupted run keeps everything it finished and a re-run with
-the same config hash reuses it. The merged outputs are what a user reads:
+The store's root is a local path or any fsspec / object-store URI (``s3://bucket/runs/x``,
+``gs://...``): a sweep's cells can be shared by runs on different machines. Each cell keeps
+
+- ``cells/<hash>/examples.parquet``: its per-example table, written when the cell is scored;
+- ``cells/<hash>/verdict.json``: its Verdict, written when it is reduced — the mark of a finished
+  cell. Both are written to a temporary name and moved into place, so a half-written file is never
+  taken for a result; a re-run with the same config hash reuses finished cells (and scored ones).
+
+The merged outputs are what a user reads:
 
 - ``examples.parquet``: one row per example × method (model, partition, method, record_id, error and
   the method's own columns);
 - ``partitions.parquet`` and ``summary.json``: one row per model × partition × method (the Verdict);
-- ``report.md``: the readable table plus the resolved config (written by ``contamray.report``).
+- ``report.md`` / ``report.html`` (written by ``contamray.report``).
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import shutil
-import tempfile
-from pathlib import Path
+import uuid
 from typing import Any
 
+import fsspec
 import pandas as pd
 
 from contamray.pipeline.plan import Cell
 
 
 class ResultStore:
-    def __init__(self, output_dir: str | os.PathLike[str]) -> None:
-        self.root = Path(output_dir)
-        self.cells_dir = self.root / "cells"
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
+    """The run's tables under ``root``; finished cells under ``cells_root`` (default ``root/cells``).
 
+    Give several runs one ``cells_root`` (``run.cells_uri``, e.g. an object-store URI) and each
+    reuses the cells any of them finished.
+    """
+
+    def __init__(self, root: str | Any, cells_root: str | None = None) -> None:
+        self.root = str(root).rstrip("/")
+        self.fs, self._path = fsspec.core.url_to_fs(self.root)
+        self.fs.makedirs(self._path, exist_ok=True)
+        cells = str(cells_root).rstrip("/") if cells_root else f"{self.root}/cells"
+        self.cells_fs, self._cells_path = fsspec.core.url_to_fs(cells)
+        self.cells_fs.makedirs(self._cells_path, exist_ok=True)
+
+    # paths -------------------------------------------------------------------------------------
+    def _join(self, *parts: str) -> str:
+        return "/".join([self._path.rstrip("/"), *parts])
+
+    def _cell(self, cell_hash: str, name: str) -> str:
+        return "/".join([self._cells_path.rstrip("/"), cell_hash, name])
+
+    @staticmethod
+    def _write_atomic(fs: Any, path: str, data: bytes) -> None:
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        fs.mv(tmp, path)
+
+    # cells -------------------------------------------------------------------------------------
     def has(self, cell_hash: str) -> bool:
-        return (self.cells_dir / cell_hash / "verdict.json").exists()
+        """A finished cell: reduced, its verdict stored."""
+        return self.cells_fs.exists(self._cell(cell_hash, "verdict.json"))
+
+    def has_examples(self, cell_hash: str) -> bool:
+        """A scored cell: its per-example table stored (it may not be reduced yet)."""
+        return self.cells_fs.exists(self._cell(cell_hash, "examples.parquet"))
+
+    def discard(self, cell_hash: str) -> None:
+        folder = self._cell(cell_hash, "").rstrip("/")
+        if self.cells_fs.exists(folder):
+            self.cells_fs.rm(folder, recursive=True)
+
+    def put_examples(self, cell: Cell, cell_hash: str, examples: pd.DataFrame) -> None:
+        examples = examples.assign(model=cell.model, benchmark=cell.benchmark, method=cell.method)
+        self._write_atomic(self.cells_fs, self._cell(cell_hash, "examples.parquet"), parquet_bytes(examples))
+
+    def put_verdict(self, cell: Cell, cell_hash: str, verdict: dict[str, Any]) -> None:
+        row = dict(verdict, model=cell.model, benchmark=cell.benchmark, method=cell.method, cell_hash=cell_hash)
+        data = json.dumps(row, indent=2, default=str).encode()
+        self._write_atomic(self.cells_fs, self._cell(cell_hash, "verdict.json"), data)
 
     def put(self, cell: Cell, cell_hash: str, examples: pd.DataFrame, verdict: dict[str, Any]) -> None:
-        """Store one finished cell atomically (a half-written cell is never seen as finished)."""
-        tmp = Path(tempfile.mkdtemp(prefix=f".{cell_hash}.", dir=self.cells_dir))
-        examples = examples.assign(model=cell.model, benchmark=cell.benchmark, method=cell.method)
-        _to_parquet(examples, tmp / "examples.parquet")
-        row = dict(verdict, model=cell.model, benchmark=cell.benchmark, method=cell.method, cell_hash=cell_hash)
-        (tmp / "verdict.json").write_text(json.dumps(row, indent=2, default=str))
-        final = self.cells_dir / cell_hash
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        """Store a scored and reduced cell at once."""
+        self.put_examples(cell, cell_hash, examples)
+        self.put_verdict(cell, cell_hash, verdict)
+
+    def load_examples(self, cell_hash: str) -> pd.DataFrame:
+        with self.cells_fs.open(self._cell(cell_hash, "examples.parquet"), "rb") as fh:
+            return pd.read_parquet(io.BytesIO(fh.read()))
 
     def load(self, cell: Cell, cell_hash: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-        folder = self.cells_dir / cell_hash
-        verdict = json.loads((folder / "verdict.json").read_text())
+        with self.cells_fs.open(self._cell(cell_hash, "verdict.json"), "rb") as fh:
+            verdict = json.loads(fh.read())
         verdict.update(model=cell.model, benchmark=cell.benchmark, method=cell.method)
-        examples = pd.read_parquet(folder / "examples.parquet")
-        return examples.assign(model=cell.model, benchmark=cell.benchmark, method=cell.method), verdict
+        return self.load_examples(cell_hash), verdict
 
-    def write_run(self, examples: list[pd.DataFrame], verdicts: list[dict[str, Any]]) -> dict[str, Path]:
+    # the run's tables --------------------------------------------------------------------------
+    def write_run(self, examples: list[pd.DataFrame], verdicts: list[dict[str, Any]]) -> dict[str, str]:
         """Merge cells into the run's tables; returns the written paths."""
         paths = {
-            "examples": self.root / "examples.parquet",
-            "partitions": self.root / "partitions.parquet",
-            "summary": self.root / "summary.json",
+            "examples": self._join("examples.parquet"),
+            "partitions": self._join("partitions.parquet"),
+            "summary": self._join("summary.json"),
         }
         frames = [f for f in examples if len(f)]
         table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         front = [c for c in ("model", "partition", "method", "record_id", "error") if c in table.columns]
         table = table[front + [c for c in table.columns if c not in front]]
-        _to_parquet(table, paths["examples"])
-        partitions = pd.DataFrame(verdicts)
-        _to_parquet(partitions, paths["partitions"])
-        paths["summary"].write_text(json.dumps(verdicts, indent=2, default=str))
+        self._write_atomic(self.fs, paths["examples"], parquet_bytes(table))
+        self._write_atomic(self.fs, paths["partitions"], parquet_bytes(pd.DataFrame(verdicts)))
+        self._write_atomic(self.fs, paths["summary"], json.dumps(verdicts, indent=2, default=str).encode())
         return paths
 
 
-def _to_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Write a frame whose columns may hold mixed Python objects (dicts, lists) as Parquet.
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    """A frame whose columns may hold mixed Python objects (dicts, lists) as Parquet bytes.
 
     Columns of dicts, or of values whose types differ from row to row, are stored as JSON text so
     Arrow never has to guess a schema from the first rows.
@@ -80,14 +125,16 @@ def _to_parquet(frame: pd.DataFrame, path: Path) -> None:
     for column in out.columns:
         if out[column].dtype == object and _needs_json(out[column]):
             out[column] = out[column].map(lambda v: None if v is None else json.dumps(v, default=str))
-    out.to_parquet(path, index=False)
+    buffer = io.BytesIO()
+    out.to_parquet(buffer, index=False)
+    return buffer.getvalue()
 
 
 def _needs_json(values: pd.Series) -> bool:
     kinds = {type(v) for v in values if v is not None and not (isinstance(v, float) and pd.isna(v))}
     if any(k is dict for k in kinds):
         return True
-    if len(kinds) > 1 and not kinds <= {int, float}:
+    if len(kinds) > 1 and not kinds <= {int, float, bool}:
         return True
     if kinds == {list}:
         inner = {type(x) for v in values if isinstance(v, list) for x in v}

@@ -1,0 +1,43 @@
+"""A real run on a multi-node ``ray.cluster_utils.Cluster``: engine actors on the GPU node, scoring
+actors on CPU nodes. The GPU is logical (the node advertises one; the engine computes on the CPU),
+which is exactly what Ray's scheduler sees on a real cluster. Where each actor ran is read back from
+Ray's state API after the run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.state import list_actors
+
+from contamray.run import run
+from tests.test_config import composed
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
+    gpu_node = cluster.add_node(num_cpus=2, num_gpus=1)
+    ray.init(address=cluster.address)
+    cluster.wait_for_nodes()
+    yield gpu_node.node_id
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_engine_actors_on_gpu_nodes_scoring_actors_on_cpu_nodes(cluster, tmp_path, mirror_dir):
+    gpu_node = cluster
+    cfg = composed(
+        "method=[guided_prompting]", "corpus=none", "benchmark=[arc_challenge]", "run.limit=4",
+        f"data.mirror_dir={mirror_dir}", "models.smollm2_135m.num_gpus=1", "models.smollm2_135m.backend=hf",
+        "methods.guided_prompting.max_tokens=8",
+    )
+    cfg.run.output_dir = str(tmp_path / "run")
+    run(cfg)
+    actors = list_actors(detail=True, limit=10_000, raise_on_missing_output=False)
+    engine = [a for a in actors if "EngineWorker" in (a.class_name or "") + (a.repr_name or "")]
+    scoring = [a for a in actors if "ScoreWorker" in (a.class_name or "") + (a.repr_name or "")]
+    assert engine and scoring, [a.class_name for a in actors]
+    assert {a.node_id for a in engine} == {gpu_node}
+    assert gpu_node not in {a.node_id for a in scoring}

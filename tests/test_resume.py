@@ -1,0 +1,84 @@
+"""A 2 models × 2 benchmarks × 2 methods grid, killed half way and re-run, equals an uninterrupted run.
+
+Real runs of the entry point in subprocesses on a local Ray: one uninterrupted; one killed with
+SIGKILL as soon as its first cells are stored, then started again on the same output directory. The
+second start must reuse exactly the cells that were finished (the log says which) and recompute
+only the rest, and its merged tables must equal the uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+GRID = [
+    "model=[smollm2_135m,smollm2_135m_fp32]",
+    "benchmark=[arc_challenge,gsm8k]",
+    "method=[guided_prompting]",
+    "+methods.guided_short={method: guided_prompting, max_tokens: 6, min_frac: 0.6}",
+    "methods.guided_prompting.max_tokens=10",
+    "corpus=none",
+    "run.limit=4",
+    "ray.num_cpus=2",
+]
+
+
+def start(out: Path, mirror: Path) -> subprocess.Popen:
+    env = dict(os.environ, CONTAMRAY_LOG="INFO")
+    env.pop("RAY_ADDRESS", None)
+    args = [sys.executable, "-m", "contamray.run", *GRID, f"data.mirror_dir={mirror}", f"hydra.run.dir={out}"]
+    return subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-5000:]
+    return out
+
+
+def finished_cells(out: Path) -> set[str]:
+    return {p.parent.name for p in (out / "cells").glob("*/verdict.json")}
+
+
+def sorted_table(path: Path, keys: list[str]) -> pd.DataFrame:
+    return pd.read_parquet(path).sort_values(keys).reset_index(drop=True)
+
+
+def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror_dir):
+    reference = tmp_path / "uninterrupted"
+    finish(start(reference, mirror_dir))
+    assert len(finished_cells(reference)) == 8
+
+    resumed = tmp_path / "resumed"
+    proc = start(resumed, mirror_dir)
+    deadline = time.time() + 900
+    while not finished_cells(resumed) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()  # the run's local Ray dies with its process group
+    done_before = finished_cells(resumed)
+    assert 0 < len(done_before) < 8, f"kill came too late or too early: {len(done_before)} cells finished"
+
+    log = finish(start(resumed, mirror_dir))
+    assert log.count("reusing finished cell") == len(done_before)
+    recomputed = [line for line in log.splitlines() if "contaminated=" in line and "cell " in line]
+    assert len(recomputed) == 8 - len(done_before)
+    assert finished_cells(resumed) == finished_cells(reference)
+
+    keys = ["model", "partition", "method"]
+    pd.testing.assert_frame_equal(
+        sorted_table(resumed / "partitions.parquet", keys), sorted_table(reference / "partitions.parquet", keys)
+    )
+    pd.testing.assert_frame_equal(
+        sorted_table(resumed / "examples.parquet", [*keys, "record_id"]),
+        sorted_table(reference / "examples.parquet", [*keys, "record_id"]),
+    )
