@@ -1,14 +1,22 @@
 """``contamray``: the command line.
 
-- ``contamray run [+exp=NAME] [overrides...]``: the same as ``python -m contamray.run``;
+- ``contamray run [+exp=NAME] [overrides...]``: the same as ``python -m contamray.run`` (Hydra
+  overrides, ``-m`` for a multirun sweep);
+- ``contamray report RUN_DIR... [--out DIR] [--correction holm|bh|none] [--alpha 0.05]``: merge run
+  directories into one cross-model report (``report.html``, ``tables.md``, ``cells.csv``, ``plots/``);
+  ``--out`` defaults to the run directory when there is one, else ``./contamray-report``;
 - ``contamray methods``: registered detection methods, their family and parameters;
 - ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
+from pathlib import Path
+
+DEFAULT_MULTI_OUT = Path("contamray-report")
 
 
 def _methods() -> None:
@@ -31,6 +39,48 @@ def _benchmarks() -> None:
         print(get_adapter(name).describe())
 
 
+def report_parser() -> argparse.ArgumentParser:
+    from contamray.report.correction import CORRECTIONS
+
+    parser = argparse.ArgumentParser(
+        prog="contamray report",
+        description="Merge contamray run directories into one report: a table and heatmap per method (rows "
+        "models, columns partitions), p-values corrected for multiple testing across the grid, per-partition "
+        "score distributions, all in a self-contained report.html.",
+    )
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="directories written by `contamray run` (a cell in several runs is taken from the last)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: the run directory if one is given, else "
+                        f"./{DEFAULT_MULTI_OUT})")
+    parser.add_argument("--correction", default="holm", choices=CORRECTIONS,
+                        help="multiple-testing correction across the grid: holm (family-wise error), bh "
+                        "(Benjamini-Hochberg false discovery rate) or none (default: holm)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default: 0.05)")
+    return parser
+
+
+def _report(argv: list[str]) -> int:
+    from contamray.report.correction import check_correction
+    from contamray.report.html import build_report
+
+    args = report_parser().parse_args(argv)
+    try:
+        correction, alpha = check_correction(args.correction, args.alpha, "--correction", "--alpha")
+    except ValueError as err:
+        print(f"contamray report: {err}", file=sys.stderr)
+        return 2
+    out = args.out or (args.run_dirs[0] if len(args.run_dirs) == 1 else DEFAULT_MULTI_OUT)
+    try:
+        files = build_report(args.run_dirs, out, correction, alpha)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"contamray report: {err}", file=sys.stderr)
+        return 2
+    print(files.markdown.read_text())
+    print(f"report: {files.html}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv else "help"
@@ -39,6 +89,10 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.argv = ["contamray.run", *argv]
         run.main()
+    elif command == "report":
+        code = _report(argv)
+        if code:
+            sys.exit(code)
     elif command == "methods":
         _methods()
     elif command == "benchmarks":

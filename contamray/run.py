@@ -3,7 +3,8 @@
 Connects to ``RAY_ADDRESS`` (``ray job submit`` sets it) or starts a local Ray, validates the whole
 config before any work (a wrong key stops here with the key and the choices), executes the plan
 (``contamray.pipeline.runner``) and writes ``examples.parquet``, ``partitions.parquet``,
-``summary.json``, ``report.md`` and the resolved ``config.yaml`` into the run's output directory.
+``summary.json``, ``report.md``, ``report.html`` (tables with the multiple-testing correction, heatmaps,
+score distributions) and the resolved ``config.yaml`` into the run's output directory.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +21,28 @@ from omegaconf import DictConfig, OmegaConf
 
 CONF_DIR = str((Path(__file__).parent / "conf").resolve())
 log = logging.getLogger("contamray")
+_RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
 
 
 def init_ray(ray_cfg: dict[str, Any]) -> None:
     """Join the cluster at ``ray.address`` / RAY_ADDRESS, or start a local Ray for this run."""
     import ray
 
-    if ray.is_initialized():
-        return
-    address = ray_cfg.get("address") or None
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
-    if address is None and ray_cfg.get("num_cpus"):
-        kwargs["num_cpus"] = int(ray_cfg["num_cpus"])
-    ray.init(address=address, **kwargs)
+    with _RAY_INIT:
+        if ray.is_initialized():
+            return
+        address = ray_cfg.get("address") or None
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+        if address is None and ray_cfg.get("num_cpus"):
+            kwargs["num_cpus"] = int(ray_cfg["num_cpus"])
+        ray.init(address=address, **kwargs)
 
 
 def run(cfg: DictConfig) -> Path:
     """Run one composed config; returns the output directory."""
     from contamray.pipeline.plan import build_plan
     from contamray.pipeline.runner import execute
+    from contamray.report.html import write_html_report
     from contamray.report.markdown import write_report
 
     plan = build_plan(cfg)
@@ -61,6 +66,10 @@ def run(cfg: DictConfig) -> Path:
         plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cfg.run.get("cells_uri") or None
     )
     report = write_report(output_dir, result.partitions, config_yaml, f"contamray run: {cfg.run.name}")
+    report_cfg = cfg.get("report") or {}
+    write_html_report(
+        [output_dir], output_dir, str(report_cfg.get("correction", "holm")), float(report_cfg.get("alpha", 0.05))
+    )
     print(report.read_text().split("## Resolved config")[0])
     print(f"results: {output_dir}")
     return output_dir

@@ -80,6 +80,7 @@ def test_cell_hash_changes_with_what_decides_the_result():
         ("+models.smollm2_135m.colour=red", "models.smollm2_135m"),
         ("benchmarks.gsm8k.split=dev", "benchmarks.gsm8k.split"),
         ("methods.ngram13.method=no_such_method", "methods.ngram13.method"),
+        ("report.correction=bonferonni", "report.correction"),
     ],
 )
 def test_bad_values_fail_in_the_plan_naming_the_key(override, named):

@@ -56,7 +56,7 @@ def smoke_run(tmp_path_factory, flawed_mirror):
 
 def test_smoke_writes_every_output(smoke_run):
     out, proc = smoke_run
-    for name in ("examples.parquet", "partitions.parquet", "summary.json", "report.md", "config.yaml"):
+    for name in ("examples.parquet", "partitions.parquet", "summary.json", "report.md", "report.html", "config.yaml"):
         assert (out / name).is_file(), name
     partitions = pd.read_parquet(out / "partitions.parquet")
     assert len(partitions) == 4

@@ -187,6 +187,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         raise ConfigError("benchmarks: no benchmark selected; add one, e.g. benchmark=[gsm8k]")
     if not methods:
         raise ConfigError("methods: no method selected; add one, e.g. method=[guided_prompting]")
+    _check_report(c.get("report") or {})
     corpus = dict(c.get("corpus") or {"kind": "none"})
     judge_spec = c.get("judge")
     judge = _model_plan("judge", "judge", judge_spec, engine_override) if judge_spec else None
@@ -224,6 +225,15 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             else:
                 plan.cells.append(Cell(plan.corpus_label, bench, m.label, "open"))
     return plan
+
+
+def _check_report(report: dict[str, Any]) -> None:
+    from contamray.report.correction import check_correction
+
+    try:
+        check_correction(report.get("correction", "holm"), report.get("alpha", 0.05))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_roles_and_dependencies(plan: Plan) -> None:

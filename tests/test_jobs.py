@@ -1,0 +1,290 @@
+"""The cluster files and the jobs/ scripts.
+
+- ``cluster.yaml`` and ``cluster-onprem.yaml`` go through Ray's own launcher checks (``prepare_config`` +
+  ``validate_config``, what ``ray up`` runs before touching a machine);
+- the scripts' ``ray job submit`` command lines (dry run): quoting of Hydra overrides, entrypoint
+  resources, runtime env, the zoo file's two line forms and its errors;
+- for real, on a local Ray head started here with a dashboard (the Jobs API): ``jobs/report.sh`` on run
+  directories written by the real ResultStore, and ``jobs/zoo.sh`` running the real pipeline for one
+  model of the embedded zoo; both pull the report back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from contamray.pipeline.plan import Cell
+from tests.test_report import ARC, GSM, expected_holm, guided_cell, ngram_rows, verdict, write_run
+
+REPO = Path(__file__).resolve().parents[1]
+JOBS = REPO / "jobs"
+
+
+# ---------------------------------------------------------------------------------------------
+# cluster files
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "cluster-onprem.yaml"])
+def test_cluster_files_pass_rays_launcher_checks(name: str) -> None:
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = prepare_config(yaml.safe_load((REPO / name).read_text()))
+    validate_config(config)
+    head = " ".join(config["head_start_ray_commands"])
+    assert '--resources=\'{"contamray_driver": 8}\'' in head  # jobs/common.sh pins drivers to the head
+    assert any('-e ".[vllm]"' in c for c in config["setup_commands"])  # the project with its vLLM extra
+
+
+def test_aws_cluster_has_gpu_nodes_that_fit_the_70b_engine() -> None:
+    config = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    model = yaml.safe_load((REPO / "conf" / "model" / "llama2_70b.yaml").read_text())
+    assert model["num_gpus"] == model["tensor_parallel_size"]  # one engine actor owns all its TP GPUs
+    types = config["available_node_types"]
+    assert types["gpu_large"]["node_config"]["InstanceType"] == "g6e.12xlarge"  # 4 x 48 GB >= 138 GB bf16
+    assert types["head"]["resources"] == {"contamray_driver": 8}
+
+
+# ---------------------------------------------------------------------------------------------
+# the scripts' commands (dry run)
+
+
+def dry_run(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "CONTAMRAY_JOBS_DRY_RUN": "1", "CONTAMRAY_OUTPUT_ROOT": "/srv/out", **(env or {})}
+    full_env.pop("RAY_ADDRESS", None)
+    return subprocess.run(["bash", str(JOBS / script), *args], cwd=REPO, env=full_env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def submissions(stdout: str) -> list[dict]:
+    """The `ray job submit` commands printed by a dry run: options and the entrypoint's argv."""
+    out = []
+    for line in stdout.splitlines():
+        if not line.startswith("+ ray job submit"):
+            continue
+        argv = shlex.split(line[2:])
+        sep = argv.index("--")
+        assert argv[3] == "--no-wait"  # submit, then follow / wait separately
+        opts = dict(zip(argv[4:sep:2], argv[5:sep:2]))
+        assert all(k.startswith("--") for k in opts) and len(argv[4:sep]) == 2 * len(opts)
+        entry = argv[sep + 1:]
+        assert entry[:2] == ["sh", "-c"], entry
+        out.append({"opts": opts, "script": entry[2]})
+    return out
+
+
+def test_zoo_submits_one_job_per_model_then_the_report(tmp_path) -> None:
+    models = tmp_path / "zoo.txt"
+    models.write_text(
+        "# the zoo\n"
+        "llama2_7b\n"
+        "\n"
+        "mistral_7b  mistralai/Mistral-7B-v0.1  num_gpus=1 backend=vllm   # defined here\n"
+    )
+    proc = dry_run("zoo.sh", "--name", "z1", "--correction", "bh", str(models), "+exp=llama2_openllm",
+                   "corpus.paths=[/data/*.jsonl.gz]")
+    assert proc.returncode == 0, proc.stderr
+    jobs = submissions(proc.stdout)
+    assert len(jobs) == 3
+    for job in jobs:
+        assert json.loads(job["opts"]["--entrypoint-resources"]) == {"contamray_driver": 1}
+        assert job["opts"]["--entrypoint-num-cpus"] == "1"
+        assert job["opts"]["--working-dir"] == str(REPO)
+        assert ".git" in json.loads(job["opts"]["--runtime-env-json"])["excludes"]
+    first, second, report = (shlex.split(j["script"]) for j in jobs)
+    assert first == [
+        "python", "-m", "contamray.run", "hydra.run.dir=/srv/out/z1/llama2_7b", "run.cells_uri=/srv/out/cells",
+        "model=[llama2_7b]", "+exp=llama2_openllm", "corpus.paths=[/data/*.jsonl.gz]",
+    ]
+    assert second[3:] == [
+        "hydra.run.dir=/srv/out/z1/mistral_7b", "run.cells_uri=/srv/out/cells", "model=[]",
+        "+models.mistral_7b.source=mistralai/Mistral-7B-v0.1", "+models.mistral_7b.num_gpus=1",
+        "+models.mistral_7b.backend=vllm", "+exp=llama2_openllm", "corpus.paths=[/data/*.jsonl.gz]",
+    ]
+    assert report == ["python", "-m", "contamray.cli", "report", "/srv/out/z1", "--out", "/srv/out/z1/report",
+                      "--correction", "bh", "--alpha", "0.05"]
+    assert "+ pull /srv/out/z1/report -> ./reports/z1" in proc.stdout
+    assert jobs[0]["opts"]["--submission-id"].startswith("contamray-z1-llama2_7b-")
+
+
+def test_zoo_file_errors_name_the_line(tmp_path) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("llama2_7b\nmistral-7b mistralai/Mistral-7B-v0.1\n")
+    proc = dry_run("zoo.sh", str(bad))
+    assert proc.returncode == 2
+    assert f"{bad}:2: model name 'mistral-7b' must be a config key" in proc.stderr
+    bad.write_text("qwen Qwen/Qwen2-7B gpus\n")
+    proc = dry_run("zoo.sh", str(bad))
+    assert proc.returncode == 2 and f"{bad}:1: 'gpus' is not key=value" in proc.stderr
+    proc = dry_run("zoo.sh", str(tmp_path / "missing.txt"))
+    assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_sweep_and_submit_commands(tmp_path) -> None:
+    proc = dry_run("sweep.sh", "--name", "s1", "+exp=llama2_openllm", "model=[llama2_7b],[llama2_70b]", "run.seed=0,1")
+    assert proc.returncode == 0, proc.stderr
+    (job,) = submissions(proc.stdout)
+    sweep, report = job["script"].split("; rc=$?; ")
+    assert shlex.split(sweep) == ["python", "-m", "contamray.run", "-m", "hydra.sweep.dir=/srv/out/s1",
+                                  "+exp=llama2_openllm", "model=[llama2_7b],[llama2_70b]", "run.seed=0,1"]
+    assert report.endswith("; exit $rc")  # the report is written even if a grid point failed
+    report_argv = shlex.split(report.removesuffix("; exit $rc"))
+    assert report_argv[:5] == ["python", "-m", "contamray.cli", "report", "/srv/out/s1"]
+
+    proc = dry_run("submit.sh", "--name", "r1", "+exp=smoke", "run.limit=5",
+                   env={"CONTAMRAY_ENTRYPOINT_RESOURCES": "{}"})
+    assert proc.returncode == 0, proc.stderr
+    (job,) = submissions(proc.stdout)
+    run, report = job["script"].split(" && ")
+    assert shlex.split(run) == [
+        "python", "-m", "contamray.run", "hydra.run.dir=/srv/out/r1", "+exp=smoke", "run.limit=5",
+    ]
+    assert "--out /srv/out/r1/report" in report
+    assert job["opts"]["--entrypoint-resources"] == "{}"
+
+
+def test_scripts_need_a_cluster_address_and_an_absolute_output_root() -> None:
+    env = dict(os.environ, CONTAMRAY_OUTPUT_ROOT="/srv/out")
+    env.pop("RAY_ADDRESS", None)
+    env.pop("CONTAMRAY_JOBS_DRY_RUN", None)
+    proc = subprocess.run(["bash", str(JOBS / "submit.sh"), "+exp=smoke"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "set RAY_ADDRESS" in proc.stderr
+    proc = dry_run("report.sh", "/x", env={"CONTAMRAY_OUTPUT_ROOT": "relative/out"})
+    assert proc.returncode == 2 and "must be an absolute path" in proc.stderr
+    for script in ("submit.sh", "sweep.sh", "zoo.sh", "report.sh"):
+        helped = subprocess.run(["bash", str(JOBS / script), "--help"], capture_output=True, text=True, timeout=60)
+        assert helped.returncode == 0 and "RAY_ADDRESS=http://<head>:8265" in helped.stdout, script
+
+
+# ---------------------------------------------------------------------------------------------
+# for real, on a local Ray head with the Jobs API
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """`ray start --head --block` with its own ports and temp dir; stopped by its pid afterwards."""
+    ray_bin = shutil.which("ray")
+    assert ray_bin, "the ray CLI is not on PATH"
+    gcs, dash, client, agent, agent_grpc, env_agent, metrics, node_manager = free_ports(8)
+    temp = Path(tempfile.mkdtemp(prefix="crray", dir="/tmp"))  # short: Ray's socket paths have a limit
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local cluster: no token to hand out
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        ray_bin, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={env_agent}", f"--metrics-export-port={metrics}",
+        f"--node-manager-port={node_manager}", "--num-cpus=2", '--resources={"contamray_driver": 2}',
+        f"--temp-dir={temp}", "--disable-usage-stats",
+    ]
+    log = open(temp / "start.log", "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{address}/api/version", timeout=5) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            pytest.fail(f"local Ray head did not start: {(temp / 'start.log').read_text()[-3000:]}")
+        time.sleep(1)
+    try:
+        yield {"address": address, "temp": temp}
+    finally:
+        proc.send_signal(signal.SIGINT)  # `ray start --block` stops the processes it started
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session we created for it, nothing else
+            proc.wait(timeout=30)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def run_script(
+    ray_head: dict, out_root: Path, pulled: Path, *args: str, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RAY_ADDRESS=ray_head["address"], CONTAMRAY_OUTPUT_ROOT=str(out_root),
+               CONTAMRAY_PULL_DIR=str(pulled), CONTAMRAY_ZOO_PARALLEL="1")
+    env.pop("CONTAMRAY_JOBS_DRY_RUN", None)
+    return subprocess.run(["bash", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_report_job_on_a_local_cluster_pulls_the_report(ray_head, tmp_path) -> None:
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "0", [
+        guided_cell("llama2_7b", "arc_challenge", 0.35, 1),
+        guided_cell("llama2_7b", "gsm8k", 0.0, 2),
+    ])
+    rows = ngram_rows(ARC, 12, 3)
+    write_run(sweep / "1", [(Cell("corpus:planted", "arc_challenge", "ngram13", "open"), rows,
+                             verdict("ngram_overlap", "ngram13", rows))])
+    (sweep / "2" / "cells").mkdir(parents=True)  # a grid point that never finished
+    proc = run_script(ray_head, tmp_path / "out", tmp_path / "pulled", str(JOBS / "report.sh"), "--name", "r1",
+                      str(sweep))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    pulled = tmp_path / "pulled" / "r1"
+    assert (pulled / "report.html").is_file() and (pulled / "plots" / "heatmap_guided_prompting.png").is_file()
+    md = (pulled / "tables.md").read_text()
+    raw = pd.read_parquet(sweep / "0" / "partitions.parquet").set_index("partition")["p_value"]
+    adjusted = expected_holm({ARC: raw[ARC], GSM: raw[GSM]})  # the grid's two tests
+    assert adjusted[ARC] == pytest.approx(2 / 10_001)  # every guided completion beats the general one
+    line = next(x for x in md.splitlines() if x.startswith("| llama2_7b |"))
+    shown = [c.strip() for c in line.strip("|").split("|")[1:]]
+    for text, partition in zip(shown, [ARC, GSM]):
+        assert float(text.rstrip("†")) == pytest.approx(adjusted[partition], rel=5e-3)
+        assert text.endswith("†") == (adjusted[partition] > 0.05)
+    assert "| corpus:planted | 25.0% |" in md
+    assert "no partitions.parquet (an unfinished run of the sweep" in md
+    cells = pd.read_csv(pulled / "cells.csv")
+    assert sorted(cells["partition"].unique()) == [ARC, GSM]
+
+
+@pytest.mark.slow
+def test_zoo_runs_the_real_pipeline_per_model_and_pulls_the_report(ray_head, tmp_path, mirror_dir) -> None:
+    models = tmp_path / "zoo.txt"
+    models.write_text("tiny  smollm2-135m  num_cpus=1\n")
+    proc = run_script(
+        ray_head, tmp_path / "out", tmp_path / "pulled", str(JOBS / "zoo.sh"), "--name", "zoo", str(models),
+        "+exp=smoke", "method=[guided_prompting]", "benchmark=[arc_challenge]", "run.limit=2",
+        f"data.mirror_dir={mirror_dir}", "methods.guided_prompting.judge=false", timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    run_dir = tmp_path / "out" / "zoo" / "tiny"
+    partitions = pd.read_parquet(run_dir / "partitions.parquet")
+    assert partitions[["model", "partition", "method"]].values.tolist() == [["tiny", ARC, "guided_prompting"]]
+    assert (partitions["error"] == "").all()
+    assert any((tmp_path / "out" / "cells").iterdir())  # the zoo's shared cell store
+    pulled = tmp_path / "pulled" / "zoo"
+    html = (pulled / "report.html").read_text()
+    assert 'data-model="tiny"' in html and f'data-partition="{ARC}"' in html
