@@ -37,6 +37,7 @@ class ModelPlan:
     num_gpus: float = 0.0
     num_cpus: float = 1.0
     concurrency: int = 1
+    inject: dict[str, Any] | None = None  # fine-tune the source on benchmark rows first (contamray.inject)
 
     @property
     def backend(self) -> str:
@@ -160,6 +161,7 @@ class Plan:
         }
         if cell.family == "closed":
             parts["model"] = self.models[cell.model].engine
+            parts["inject"] = self.models[cell.model].inject
         else:
             parts["corpus"] = self.corpus
         for role in mp.roles():
@@ -218,6 +220,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             "corpus.kind is none; choose corpus=files corpus.paths=[...] or corpus=planted"
         )
     _check_roles_and_dependencies(plan)
+    _check_injections(plan)
     for bench in benchmarks:
         for m in methods.values():
             if m.family == "closed":
@@ -225,6 +228,18 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             else:
                 plan.cells.append(Cell(plan.corpus_label, bench, m.label, "open"))
     return plan
+
+
+def _check_injections(plan: Plan) -> None:
+    for name, model in plan.models.items():
+        if not model.inject:
+            continue
+        from contamray.inject import validate_inject_spec
+
+        try:
+            validate_inject_spec(model.inject, f"models.{name}.inject", set(plan.benchmarks))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def _check_report(report: dict[str, Any]) -> None:
@@ -270,7 +285,8 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         raise ConfigError(f"{where}: expected a mapping with at least `source`, got {spec!r}")
     spec = dict(spec)
     pool = {k: spec.pop(k) for k in MODEL_POOL_KEYS if k in spec}
-    known = {f.name for f in dataclasses.fields(EngineSpec)} - {"name"}
+    inject = spec.pop("inject", None)
+    known = ({f.name for f in dataclasses.fields(EngineSpec)} - {"name"}) | {"inject"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise ConfigError(
@@ -299,6 +315,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         num_gpus=num_gpus,
         num_cpus=float(pool.get("num_cpus", 1) or 0),
         concurrency=concurrency,
+        inject=dict(inject) if inject else None,
     )
 
 

@@ -31,6 +31,7 @@ import ray
 
 from contamray.methods.base import Output, Request
 from contamray.pipeline.actors import EngineWorker, MatchWorker, ScoreWorker
+from contamray.pipeline.injections import Injections
 from contamray.pipeline.plan import Cell, ModelPlan, Plan
 from contamray.pipeline.store import ResultStore
 from contamray.records import Record
@@ -65,6 +66,7 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     # every cell a reduce needs must be scored, even when it is only a dependency
     needed = {dep for c in todo for dep in plan.dependencies(c)} | set(todo)
     to_score = [c for c in plan.cells if c in needed and not store.has_examples(hashes[c])]
+    injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0])
     if to_score:
         records, failures = load_benchmarks(plan, {c.benchmark for c in to_score})
         closed = [c for c in to_score if c.family == "closed"]
@@ -72,8 +74,8 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
         if opened:  # first: closed cells may depend on open ones, never the other way round
             _score_open(plan, opened, records, failures, store, Path(output_dir))
         if closed:
-            _score_closed(plan, closed, records, failures, store)
-    _reduce(plan, [c for c in todo if not store.has(hashes[c])], store)
+            _score_closed(plan, closed, records, failures, store, injections)
+    _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
     frames, verdicts = [], []
     for cell in plan.cells:
         examples, verdict = store.load(cell, hashes[cell])
@@ -129,11 +131,14 @@ def _score_closed(
     records: dict[str, list[Record]],
     failures: dict[str, list[dict]],
     store: ResultStore,
+    injections: Injections,
 ) -> None:
     models = [m for m in plan.models if any(c.model == m for c in cells)]
     with ThreadPoolExecutor(max_workers=max(1, len(models)), thread_name_prefix="model") as pool:
         futures = [
-            pool.submit(_score_closed_model, plan, m, [c for c in cells if c.model == m], records, failures, store)
+            pool.submit(
+                _score_closed_model, plan, m, [c for c in cells if c.model == m], records, failures, store, injections
+            )
             for m in models
         ]
         for future in futures:
@@ -147,7 +152,9 @@ def _score_closed_model(
     records: dict[str, list[Record]],
     failures: dict[str, list[dict]],
     store: ResultStore,
+    injections: Injections,
 ) -> None:
+    target = injections.engine_pool(model_name)  # an injected model is fine-tuned here, once
     outputs: dict[str, dict[str, Output]] = {c.key: {} for c in cells}
     request_records: dict[str, dict[str, tuple[str, ...]]] = {c.key: {} for c in cells}
     cell_errors: dict[str, str] = {}
@@ -169,6 +176,7 @@ def _score_closed_model(
             for req in reqs:
                 request_records[cell.key][req.key] = req.record_ids
                 pool = plan.pool_for_role(req.engine, model_name)
+                pool = target if pool.name == model_name else pool
                 pools[pool.name] = pool
                 by_pool[pool.name].append((cell.key, req))
         for pool_name, items in by_pool.items():
@@ -185,7 +193,8 @@ def _score_closed_model(
             ids = {r.id for r in chunk}
             outs = [o.to_row() for key, o in outputs[cell.key].items() if ids & set(request_records[cell.key][key])]
             payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
-    _score_cells(plan, cells, payloads, records, failures, store, cell_errors)
+    _score_cells(plan, cells, payloads, records, failures, store, cell_errors, injections.members(model_name))
+    _reduce(plan, _ready_to_reduce(plan, cells, store), store, injections)
 
 
 def run_engine_pass(
@@ -304,6 +313,7 @@ def _score_cells(
     failures: dict[str, list[dict]],
     store: ResultStore,
     cell_errors: dict[str, str],
+    members: set[str] | None = None,
 ) -> None:
     rows_by_cell: dict[str, list[dict]] = defaultdict(list)
     if payloads:
@@ -329,31 +339,39 @@ def _score_cells(
         if "error" not in table.columns:
             table["error"] = ""
         table["error"] = table["error"].fillna("").astype(str)
-        _add_membership(table, records.get(cell.benchmark, []))
+        _add_membership(table, records.get(cell.benchmark, []), members)
         store.put_examples(cell, plan.cell_hash(cell), table)
-    # reduce now what can be reduced, so finished cells are stored while other models still run
-    ready = [
+
+
+def _ready_to_reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> list[Cell]:
+    """Unreduced cells that ``cells`` just made reducible (scored, with every dependency scored)."""
+    return [
         c for c in plan.cells
         if not store.has(plan.cell_hash(c))
         and store.has_examples(plan.cell_hash(c))
         and all(store.has_examples(plan.cell_hash(d)) for d in plan.dependencies(c))
         and (c in cells or any(d in cells for d in plan.dependencies(c)))
     ]
-    _reduce(plan, ready, store)
 
 
-def _add_membership(table: pd.DataFrame, records: list[Record]) -> None:
-    """Per-example membership truth (``meta["member"]``, from injection manifests) as a column."""
-    members = {r.id: r.meta["member"] for r in records if "member" in r.meta}
-    if members and "record_id" in table.columns:
-        table["member"] = table["record_id"].map(lambda rid: members.get(rid))
+def _add_membership(table: pd.DataFrame, records: list[Record], members: set[str] | None) -> None:
+    """Per-example membership truth as a ``member`` column: the rows an injected model trained on
+    (``members``), else the records' own ``meta["member"]`` when a dataset declares it."""
+    if "record_id" not in table.columns:
+        return
+    if members is not None:
+        table["member"] = table["record_id"].isin(members)
+        return
+    declared = {r.id: r.meta["member"] for r in records if "member" in r.meta}
+    if declared:
+        table["member"] = table["record_id"].map(lambda rid: declared.get(rid))
 
 
 # ---------------------------------------------------------------------------------------------
 # reducing (one task per cell, with the rows of the cells it depends on)
 
 
-def _reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> None:
+def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injections | None = None) -> None:
     pending = []
     for cell in cells:
         table = reduce_input(plan, cell, store)
@@ -361,6 +379,10 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> None:
         pending.append((cell, _reduce_cell.remote(mp.method_name, mp.label, mp.params, table)))
     for cell, ref in pending:
         verdict = ray.get(ref)
+        if injections is not None and cell.family == "closed":
+            truth = injections.truth(cell.model, str(verdict.get("partition", "")))
+            if truth is not None:
+                verdict["truth"] = truth
         store.put_verdict(cell, plan.cell_hash(cell), verdict)
         log.info(
             "cell %s: contaminated=%s p=%s rate=%s (%d examples, %d failed)%s",
