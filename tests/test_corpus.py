@@ -197,3 +197,108 @@ def test_ray_reader_equals_plain_reader(corpus: Path, tmp_path: Path, texts: lis
     by_id = {r["doc_id"]: r["text"] for r in rows}
     assert by_id[f"{tmp_path}/big/1.txt:2500"] == texts[2499]
     assert by_id[f"{tmp_path}/big/2.txt:1"] == texts[2500]
+
+
+# --------------------------------------------------------------------------- broken files, hub streams
+
+
+def _broken_files(root: Path, texts: list[str]) -> None:
+    """Compressed jsonl files cut short, and a parquet file that is not one.
+
+    The .gz file breaks inside its 4th line, right after a flush point. zstd and bz2 decode whole
+    blocks (128 KiB; 100 KiB at bz2 level 1), so their files hold all 2600 texts (~650 KB) and are cut
+    halfway: the lines of the complete blocks survive.
+    """
+    import bz2 as bz2mod
+    import zlib
+
+    lines = [json.dumps({"text": t}).encode() + b"\n" for t in texts]
+    gz = zlib.compressobj(9, zlib.DEFLATED, 31)
+    head = gz.compress(b"".join(lines[:3])) + gz.flush(zlib.Z_FULL_FLUSH)
+    rest = gz.compress(b"".join(lines[3:40])) + gz.flush()
+    (root / "cut.jsonl.gz").write_bytes(head + rest[:40])
+    zst = zstandard.ZstdCompressor().compress(b"".join(lines))
+    (root / "cut.jsonl.zst").write_bytes(zst[: len(zst) // 2])
+    bz = bz2mod.compress(b"".join(lines), compresslevel=1)
+    (root / "cut.jsonl.bz2").write_bytes(bz[: len(bz) // 2])
+    (root / "cut.parquet").write_bytes(b"PAR1 this is not a parquet file")
+
+
+def test_truncated_and_corrupt_files_keep_what_precedes_the_break(
+    tmp_path: Path, texts: list[str], caplog: pytest.LogCaptureFixture, ray_local
+):
+    _broken_files(tmp_path, texts)
+    (tmp_path / "good.jsonl").write_text(json.dumps({"text": texts[50]}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="contamray.corpus.readers"):
+        docs = list(iter_documents(tmp_path))
+    by_file: dict[str, list[str]] = {}
+    for d in docs:
+        name, line = d["doc_id"].rsplit(":", 1)
+        by_file.setdefault(Path(name).name, []).append(line)
+    # gzip: the three lines before the flush point, exactly; zstd and bz2: a prefix, in order
+    assert by_file["cut.jsonl.gz"] == ["1", "2", "3"]
+    for name in ("cut.jsonl.zst", "cut.jsonl.bz2"):
+        got = by_file[name]
+        assert 100 < len(got) < len(texts) and got == [str(i) for i in range(1, len(got) + 1)], name
+    assert by_file["good.jsonl"] == ["1"] and "cut.parquet" not in by_file
+    assert [d["text"] for d in docs if "cut.jsonl.gz" in d["doc_id"]] == texts[:3]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        f"{tmp_path}/cut.jsonl.gz:4: the file is truncated or corrupt after line 3" in m for m in messages
+    )
+    for name in ("cut.jsonl.zst", "cut.jsonl.bz2"):
+        n = len(by_file[name])
+        assert any(f"{tmp_path}/{name}:{n + 1}: the file is truncated" in m for m in messages), name
+    assert any(f"{tmp_path}/cut.parquet: not a readable parquet file" in m for m in messages)
+    # Ray Data reads the same documents, and the run goes on past every broken file
+    assert sorted((r["doc_id"], r["text"]) for r in read_corpus(str(tmp_path)).take_all()) == sorted(
+        (d["doc_id"], d["text"]) for d in docs
+    )
+    with pytest.raises(ValueError, match=r"cut.jsonl.gz:4: the file is truncated"):
+        list(iter_documents(tmp_path / "cut.jsonl.gz", errors="raise"))
+
+
+def test_invalid_utf8_and_concatenated_gzip_members(tmp_path: Path, texts: list[str], caplog):
+    (tmp_path / "bad.jsonl").write_bytes(
+        json.dumps({"text": texts[0]}).encode()
+        + b"\n"
+        + b'{"text": "caf\xe9"}\n'
+        + json.dumps({"text": texts[1]}).encode()
+    )
+    with caplog.at_level(logging.WARNING, logger="contamray.corpus.readers"):
+        docs = list(iter_documents(tmp_path / "bad.jsonl"))
+    assert [d["text"] for d in docs] == texts[:2]
+    assert any(f"{tmp_path}/bad.jsonl:2: not valid UTF-8" in r.getMessage() for r in caplog.records)
+    members = gzip.compress(json.dumps({"text": texts[2]}).encode() + b"\n") + gzip.compress(
+        json.dumps({"text": texts[3]}).encode() + b"\n"
+    )
+    (tmp_path / "two.jsonl.gz").write_bytes(members)
+    assert [d["text"] for d in iter_documents(tmp_path / "two.jsonl.gz")] == texts[2:4]
+
+
+def test_hub_datasets_stream_with_ids_and_bad_rows(tmp_path: Path, texts: list[str], caplog, ray_local):
+    """A hub URI streams through ``datasets`` (here its packaged ``json`` builder on local files)."""
+    from contamray.corpus import HubSource, parse_hub_uri
+
+    write_jsonl(
+        tmp_path / "h1.jsonl", [{"text": texts[0], "id": "a"}, {"title": "x"}, {"text": texts[1], "id": "b"}]
+    )
+    write_jsonl(tmp_path / "h2.jsonl", [{"text": texts[2], "id": "c"}])
+    uri = f"hub://json?split=train&data_files={tmp_path}/h1.jsonl,{tmp_path}/h2.jsonl"
+    assert parse_hub_uri(uri) == HubSource(
+        "json", None, "train", (f"{tmp_path}/h1.jsonl", f"{tmp_path}/h2.jsonl"), None
+    )
+    with caplog.at_level(logging.WARNING, logger="contamray.corpus.readers"):
+        docs = list(iter_documents(uri))
+    assert [d["text"] for d in docs] == texts[:3]
+    assert [d["doc_id"] for d in docs] == [
+        "hub://json/default/train:0:0", "hub://json/default/train:0:2", "hub://json/default/train:1:0",
+    ]  # fmt: skip
+    assert any("hub://json/default/train:0:1: no field 'text'" in r.getMessage() for r in caplog.records)
+    assert [d["doc_id"] for d in iter_documents(uri, id_field="id")] == ["a", "b", "c"]
+    rows = read_corpus([uri, str(tmp_path / "h2.jsonl")]).take_all()  # hub and files together
+    assert sorted(r["text"] for r in rows) == sorted(texts[:3] + [texts[2]])
+    with pytest.raises(ValueError, match="unknown parameter"):
+        parse_hub_uri("hub://allenai/c4?config=en")
+    with pytest.raises(ValueError, match="cannot stream hub://no-such-builder-xyz"):
+        list(iter_documents("hub://no-such-builder-xyz?split=train"))

@@ -19,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import xxhash
 
 from contamray.corpus import iter_documents, read_corpus
 from contamray.methods.base import get_method
 from contamray.methods.open import ngram_overlap as ngo
 from contamray.metrics import ngrams as ng
+from contamray.metrics import rolling
 from contamray.records import Record
 
 GSM = "openai/gsm8k/main/test.jsonl"
@@ -177,21 +177,44 @@ def run(records: list[Record], docs: list[dict], **params) -> tuple[list[dict], 
 # --------------------------------------------------------------------------- hashing and words
 
 
-def test_window_hashes_are_xxh64_of_the_word_hash_bytes():
+def _window_reference(w: np.ndarray, j: int, n: int) -> int:
+    """``mix64(sum_k w[j+k] * B**k + n)`` mod 2**64 in plain Python ints."""
+    mod = 1 << 64
+    raw = sum(int(w[j + k]) * pow(rolling.BASE, k, mod) for k in range(n)) % mod
+    return rolling.mix64_int((raw + n) % mod)
+
+
+def test_window_hashes_are_the_mixed_polynomial_of_the_word_hashes():
     rng = np.random.default_rng(0)
     w = rng.integers(0, 2**64, size=3000, dtype=np.uint64)
     for n in (1, 3, 4, 5, 8, 12, 13, 17):
         got = ng.window_hashes(w, n)
         assert got.dtype == np.uint64 and got.shape == (len(w) - n + 1,)
-        want = [xxhash.xxh64_intdigest(w[j : j + n].tobytes()) for j in range(len(w) - n + 1)]
-        assert got.tolist() == want
+        for j in (0, 1, 777, len(got) - 1):
+            assert int(got[j]) == _window_reference(w, j, n)
+        # the same content hashes the same wherever it is
+        assert int(ng.window_hashes(w[100 : 100 + n], n)[0]) == int(got[100])
     assert ng.window_hashes(w[:5], 13).shape == (0,)
+    assert len(set(ng.window_hashes(w, 8).tolist())) == len(w) - 7  # no collisions among 2993
 
 
-def test_word_hashes_are_xxh64_of_normalised_words():
+def test_word_hashes_are_the_reference_word_hash():
     text = "Janet’s ducks lay 16 eggs, per day!"
     assert ng.words(text) == ["janets", "ducks", "lay", "16", "eggs", "per", "day"]
-    assert ng.word_hashes(text).tolist() == [xxhash.xxh64_intdigest(w.encode()) for w in ng.words(text)]
+    assert ng.word_hashes(text).tolist() == [ng.word_hash(w.encode()) for w in ng.words(text)]
+    assert ng.word_hash(b"ab") != ng.word_hash(b"ba") and ng.word_hash(b"a") != ng.word_hash(b"a\x00")
+
+
+def test_token_batch_equals_one_document_at_a_time(mirror_dir: Path):
+    texts = [row["document"] for row in _jsonl(mirror_dir / XSUM)[:50]] + ["", "  ", "café ÉTÉ ½ — x"]
+    batch = ng.TokenBatch(texts, "gpt3")
+    for d, text in enumerate(texts):
+        hashes, words = ng.word_hashes_and_words(text, "gpt3")
+        assert batch.hashes[d].tolist() == hashes.tolist()
+        assert batch.words[d][:] == words and len(batch.words[d]) == len(words)
+        assert batch.words[d][2:5] == words[2:5]
+    windows = batch.windows(8)
+    assert windows.hashes.tolist() == ng.hash_windows(batch.hashes, 8).hashes.tolist()
 
 
 def test_normalisations_follow_the_papers():
@@ -492,3 +515,76 @@ def test_bad_config_and_mismatched_index_are_named():
     with pytest.raises(TypeError, match="'d'"):
         method.match([{"doc_id": "d", "text": None}], index, cfg13)
     assert method.family == "open"
+
+
+# --------------------------------------------------------------------------- GPT-3's frequent n-grams, PaLM
+
+
+def _docs_with(gram: str, n_docs: int, prefix: str) -> list[dict]:
+    return [{"doc_id": f"{prefix}{i}", "text": f"filler {i} words {gram} more filler"} for i in range(n_docs)]
+
+
+def test_gpt3_ignores_13_grams_in_more_than_10_documents():
+    """GPT-3 App. C: "We ignored 13-grams that matched more than 10 training documents"."""
+    common = "the quick brown fox jumps over the lazy dog while the cat sleeps soundly"  # 14 words
+    rare = "seven green parrots recite poetry beneath an old oak tree every single afternoon"  # 13 words
+    record = _rec("r", f"{common} {rare}", "")
+    cfg = ngo.NGramOverlapConfig(n=13, label_fields=(), max_doc_frequency=10)
+    eleven = _docs_with(common, 11, "c") + [{"doc_id": "rare", "text": rare}]
+    _, rows, _ = run([record], eleven, n=13, label_fields=[], max_doc_frequency=10)
+    row = rows["r"]
+    # the two 13-grams of `common` are in 11 documents: ignored; `rare` (one 13-gram) counts
+    assert (row["matched_total"], row["doc_ids"], row["contaminated"]) == (1, ["rare"], True)
+    assert row["evidence"] == [rare]
+    ten = _docs_with(common, 10, "c")
+    _, rows, _ = run([record], ten, n=13, label_fields=[], max_doc_frequency=10)
+    assert rows["r"]["matched_total"] == 2 and rows["r"]["n_docs"] == 10  # exactly 10: kept
+    # the streamed count: one process emits rows for at most 11 documents of an n-gram, however many
+    index = ngo.build_index([record], cfg)
+    many = _docs_with(common, 40, "c")
+    matches = [m for start in range(0, 40, 8) for m in ngo.match(many[start : start + 8], index, cfg)]
+    assert len({m["doc_id"] for m in matches}) == 11
+    assert ngo.score([record], matches, cfg)[0]["matched_total"] == 0
+    # without the rule (the default), every document counts
+    _, rows, _ = run([record], many, n=13, label_fields=[])
+    assert rows["r"]["n_docs"] == 40 and rows["r"]["matched_total"] == 2
+
+
+def test_doc_frequency_count_is_exact_across_workers_and_chunks():
+    """Two workers each see 6 of 12 documents: neither is over the limit alone, the rows together are."""
+    gram = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu"
+    record = _rec("r", gram, "")
+    cfg = ngo.NGramOverlapConfig(n=13, label_fields=(), max_doc_frequency=10)
+    docs = _docs_with(gram, 12, "d")
+    worker_a, worker_b = ngo.build_index([record], cfg), ngo.build_index([record], cfg)  # two processes
+    matches = ngo.match(docs[:6], worker_a, cfg) + ngo.match(docs[6:], worker_b, cfg)
+    assert len(matches) == 12
+    assert ngo.score([record], matches, cfg)[0]["contaminated"] is False
+
+
+def test_palm_needs_70_percent_of_the_8_grams():
+    words = [f"w{i}" for i in range(20)]  # 13 8-grams
+    record = _rec("r", " ".join(words), "")
+    for covered, dirty in ((17, True), (15, False)):  # 10 of 13 = 77 %; 8 of 13 = 62 %
+        docs = [{"doc_id": "d", "text": " ".join(words[:covered])}]
+        _, rows, _ = run([record], docs, n=8, label_fields=[], min_fraction=0.7, min_words=1)
+        assert rows["r"]["matched_total"] == covered - 7 and rows["r"]["contaminated"] is dirty
+    with pytest.raises(ValueError, match="min_fraction"):
+        get_method("ngram_overlap").make_config({"min_fraction": 1.5})
+
+
+def test_batched_example_grams_equal_one_at_a_time(planted, mirror_dir: Path):
+    records = list(planted["records"].values()) + [
+        _rec("e", "?!", ""),
+        _rec("s", "short one", "x"),
+        _rec("l", "", "only a label of nine words in it here"),
+    ]
+    for row in _jsonl(mirror_dir / "truthfulqa/truthful_qa/generation/validation.jsonl")[:200]:
+        records.append(_rec(f"t{len(records)}", row["question"], row["best_answer"]))
+    for params in ({}, {"n": 8}, {"n": 4, "min_words": 1}, {"short_examples": "skip"}, {"label_fields": ()}):
+        cfg = ngo.NGramOverlapConfig(**params)
+        for one, many in zip(
+            (ngo.example_grams(r, cfg) for r in records), ngo.example_grams_batch(records, cfg)
+        ):
+            assert (one.n_words, one.gram_len, one.status) == (many.n_words, many.gram_len, many.status)
+            assert [h.tolist() for h in one.hashes] == [h.tolist() for h in many.hashes]

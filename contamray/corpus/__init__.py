@@ -1,11 +1,16 @@
-"""Corpus readers: jsonl / parquet / text files, local or remote, as ``doc_id`` + ``text`` rows."""
+"""Corpus readers: jsonl / parquet / text files, local or remote, and hub datasets streamed, as
+``doc_id`` + ``text`` rows."""
 
 from contamray.corpus.readers import (
     ERROR_MODES,
     FORMATS,
+    HUB_SCHEME,
     TEXT_MODES,
+    HubSource,
     detect_format,
+    is_hub_uri,
     iter_documents,
+    parse_hub_uri,
     read_corpus,
     resolve_paths,
 )
@@ -13,9 +18,13 @@ from contamray.corpus.readers import (
 __all__ = [
     "ERROR_MODES",
     "FORMATS",
+    "HUB_SCHEME",
     "TEXT_MODES",
+    "HubSource",
     "detect_format",
+    "is_hub_uri",
     "iter_documents",
+    "parse_hub_uri",
     "read_corpus",
     "resolve_paths",
 ]

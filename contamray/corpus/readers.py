@@ -10,7 +10,9 @@ Paths: local files, directories (read recursively; names starting with ``.`` or 
 as Ray does), globs (``*``, ``?``, ``[...]``; ``**`` for any depth) and URIs of any pyarrow
 filesystem (``s3://``, ``gs://``, ``hdfs://``, ``file://``) or, failing that, of any installed fsspec
 filesystem. A ``filesystem`` (pyarrow or fsspec) can be passed instead. Compression is detected
-from the file name as Ray does (``.gz``, ``.bz2``, ``.zst``, ``.lz4``, ``.br``).
+from the file name as Ray does (``.gz``, ``.bz2``, ``.zst``, ``.lz4``, ``.br``). Hub datasets are
+read in streaming mode from ``hub://<dataset>?name=<config>&split=<split>`` (``HubSource``): shards of
+the stream are spread over Ray read tasks, ids are ``hub://<dataset>/<config>/<split>:<shard>:<row>``.
 
 Document ids are stable across runs and machines that see the same files: the value of
 ``id_field`` when given (and present in the row), otherwise ``"<path>:<n>"`` with ``n`` the 1-based
@@ -26,7 +28,9 @@ parquet cell, a text line that is not valid UTF-8, a parquet file without the co
 with its path and line number and skipped (``errors="skip"``, the default; the first
 ``MAX_REPORTS_PER_FILE`` per file are logged one by one, then a count), kept as a row with empty
 text and an ``error`` column (``errors="keep"``, for a pipeline that wants to count them), or
-raised (``errors="raise"``).
+raised (``errors="raise"``). A file that ends early (a truncated ``.gz`` / ``.zst``, an I/O error
+mid-stream) keeps the documents read up to its last complete line and is reported once, with the
+line after which it broke; a parquet file that cannot be opened is reported and skipped.
 """
 
 from __future__ import annotations
@@ -226,6 +230,90 @@ def resolve_paths(
     return CorpusFiles(fs_out, sorted(dict.fromkeys(files)), prefix)
 
 
+# --------------------------------------------------------------------------- compressed streams
+
+_PY_CODECS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
+
+
+def _py_codec(path: str) -> str | None:
+    """The codec decompressed here in Python (gzip, bz2, zstd), from the file name; else None."""
+    name = path.lower()
+    return next((codec for suffix, codec in _PY_CODECS.items() if name.endswith(suffix)), None)
+
+
+class _Decompressing:
+    """A read-only stream decompressing gzip / bz2 / zstd, concatenated members included.
+
+    pyarrow's decompressing stream raises on a truncated file without handing over the bytes it
+    decoded in that read, so up to a whole read chunk of good documents would be lost with the broken
+    tail. Python's incremental decompressors return everything decodable; this stream hands it all
+    over first and raises ``OSError`` only on the read after it, so a truncated file keeps every
+    complete line before the break.
+    """
+
+    def __init__(self, raw: Any, codec: str) -> None:
+        self.raw = raw
+        self.codec = codec
+        self._decoder = self._new()
+        self._buffer = bytearray()
+        self._error: OSError | None = None
+        self._finished = False
+        self._seen_input = False
+
+    def _new(self) -> Any:
+        import bz2
+        import zlib
+
+        if self.codec == "gzip":
+            return zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
+        if self.codec == "bz2":
+            return bz2.BZ2Decompressor()
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj()
+
+    def _fill(self, size: int) -> None:
+        while len(self._buffer) < size and not self._finished and self._error is None:
+            chunk = self.raw.read(1 << 20)
+            if not chunk:
+                self._finished = True
+                if self._seen_input and not self._decoder.eof:
+                    self._error = OSError(f"Truncated compressed stream ({self.codec} data ends early)")
+                break
+            data = bytes(chunk)
+            self._seen_input = True
+            try:
+                while data:
+                    self._buffer += self._decoder.decompress(data)
+                    if not self._decoder.eof:
+                        break
+                    data = self._decoder.unused_data  # the next member or frame, if any
+                    self._decoder = self._new()
+                    if not data:
+                        self._seen_input = False
+            except Exception as err:  # noqa: BLE001 - zlib.error, OSError, ZstdError: corrupt data
+                self._error = OSError(f"corrupt {self.codec} data: {type(err).__name__}: {err}")
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = 1 << 62
+        self._fill(size)
+        if not self._buffer and self._error is not None:
+            raise self._error
+        out = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return out
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> _Decompressing:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -258,12 +346,28 @@ class _Reporter:
             )
 
 
+class _Broken(Exception):
+    """The stream failed mid-file (truncated or corrupt compressed data, I/O error)."""
+
+    def __init__(self, after_line: int, cause: BaseException) -> None:
+        super().__init__(f"after line {after_line}: {type(cause).__name__}: {cause}")
+        self.after_line = after_line
+        self.cause = cause
+
+
 def _iter_lines(stream: Any) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without its newline) from a binary stream, read in chunks."""
+    """(1-based line number, line without its newline) from a binary stream, read in chunks.
+
+    A read that fails (a truncated ``.gz`` / ``.zst``, corrupt data) raises ``_Broken`` after every
+    complete line before the failure was yielded; the partial line is dropped.
+    """
     carry = b""
     number = 0
     while True:
-        chunk = stream.read(_READ_CHUNK)
+        try:
+            chunk = stream.read(_READ_CHUNK)
+        except (OSError, EOFError, ValueError) as err:  # pyarrow: OSError("Truncated compressed stream")
+            raise _Broken(number, err) from err
         if not chunk:
             break
         parts = (carry + bytes(chunk)).split(b"\n")
@@ -300,7 +404,9 @@ def _iter_jsonl(stream: Any, path: str, opts: ReadOptions, report: _Reporter) ->
         where = f"{path}:{number}"
         try:
             row = json.loads(line)
-        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        except UnicodeDecodeError as err:
+            bad = report.bad(where, f"not valid UTF-8 ({err})")
+        except ValueError as err:  # JSONDecodeError
             bad = report.bad(where, f"not a JSON line ({err})")
         else:
             if not isinstance(row, dict):
@@ -336,7 +442,10 @@ def _iter_text(stream: Any, path: str, opts: ReadOptions, report: _Reporter) -> 
             if text.strip():
                 yield {"doc_id": where, "text": text}
         return
-    data = stream.read()
+    try:
+        data = stream.read()
+    except (OSError, EOFError, ValueError) as err:
+        raise _Broken(0, err) from err
     try:
         text = bytes(data).decode(opts.encoding)
     except UnicodeDecodeError as err:
@@ -351,7 +460,15 @@ def _iter_text(stream: Any, path: str, opts: ReadOptions, report: _Reporter) -> 
 def _iter_parquet(source: Any, path: str, opts: ReadOptions, report: _Reporter) -> Iterator[dict[str, str]]:
     import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(source)
+    try:
+        parquet = pq.ParquetFile(source)
+    except (OSError, ValueError, pa.ArrowException) as err:  # not parquet, truncated footer
+        bad = report.bad(
+            path, f"not a readable parquet file ({type(err).__name__}: {err}); the file is skipped"
+        )
+        if bad is not None:
+            yield bad
+        return
     names = parquet.schema_arrow.names
     if opts.text_field not in names:
         bad = report.bad(
@@ -367,7 +484,21 @@ def _iter_parquet(source: Any, path: str, opts: ReadOptions, report: _Reporter) 
         logger.warning("corpus: %s has no column %r; its ids are <path>:<row>", path, opts.id_field)
     columns = [opts.text_field] + ([id_field] if id_field and id_field != opts.text_field else [])
     row_number = 0
-    for batch in parquet.iter_batches(batch_size=_BLOCK_ROWS, columns=columns):
+    batches = parquet.iter_batches(batch_size=_BLOCK_ROWS, columns=columns)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except (OSError, ValueError, pa.ArrowException) as err:  # a corrupt row group
+            bad = report.bad(
+                f"{path}:{row_number}",
+                f"unreadable from row {row_number} on ({type(err).__name__}: {err}); "
+                "the rest of the file is skipped",
+            )
+            if bad is not None:
+                yield bad
+            return
         texts = batch.column(opts.text_field).to_pylist()
         ids = batch.column(id_field).to_pylist() if id_field else [None] * len(texts)
         for text, doc_id in zip(texts, ids, strict=True):
@@ -391,17 +522,172 @@ _PARSERS: dict[str, Callable[[Any, str, ReadOptions, _Reporter], Iterator[dict[s
 
 def _iter_file(source: Any, path: str, opts: ReadOptions) -> Iterator[dict[str, str]]:
     report = _Reporter(path, opts.errors)
-    for row in _PARSERS[opts.format](source, path, opts, report):
-        if opts.errors == "keep" and "error" not in row:
-            row = {**row, "error": ""}
-        yield row
+    try:
+        for row in _PARSERS[opts.format](source, path, opts, report):
+            if opts.errors == "keep" and "error" not in row:
+                row = {**row, "error": ""}
+            yield row
+    except _Broken as broken:
+        where = (
+            f"{path}:{broken.after_line + 1}" if opts.format == "jsonl" or opts.text_mode == "line" else path
+        )
+        bad = report.bad(
+            where,
+            f"the file is truncated or corrupt after line {broken.after_line} "
+            f"({type(broken.cause).__name__}: {broken.cause}); the rest of the file is skipped",
+        )
+        if bad is not None:
+            yield bad
     report.close()
 
 
 def _open(fs: pafs.FileSystem, path: str, fmt: str) -> Any:
     if fmt == "parquet":
         return fs.open_input_file(path)
+    codec = _py_codec(path)
+    if codec is not None:
+        return _Decompressing(fs.open_input_stream(path, compression=None), codec)
     return fs.open_input_stream(path, compression="detect")
+
+
+# --------------------------------------------------------------------------- hub datasets, streamed
+
+HUB_SCHEME = "hub://"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A hub dataset read in streaming mode: ``hub://<path>?name=<config>&split=<split>``.
+
+    ``path`` is what ``datasets.load_dataset`` takes (``allenai/c4``, or a packaged builder such as
+    ``json`` with ``data_files=a.jsonl,b.jsonl``); ``revision`` pins a commit. Nothing is downloaded
+    up front: rows stream shard by shard.
+    """
+
+    path: str
+    name: str | None = None
+    split: str = "train"
+    data_files: tuple[str, ...] = ()
+    revision: str | None = None
+
+    @property
+    def display(self) -> str:
+        return f"{HUB_SCHEME}{self.path}/{self.name or 'default'}/{self.split}"
+
+
+def is_hub_uri(path: Any) -> bool:
+    return isinstance(path, str) and path.startswith(HUB_SCHEME)
+
+
+def parse_hub_uri(uri: str) -> HubSource:
+    """``hub://org/name?name=config&split=train&data_files=a,b&revision=sha`` as a HubSource."""
+    from urllib.parse import parse_qs
+
+    if not is_hub_uri(uri):
+        raise ValueError(f"corpus: {uri!r} is not a hub URI (hub://<dataset>?name=<config>&split=<split>)")
+    rest = uri[len(HUB_SCHEME) :]
+    path, _, query = rest.partition("?")
+    if not path:
+        raise ValueError(f"corpus: {uri!r} names no dataset; write hub://<org>/<name>?split=train")
+    params = parse_qs(query, keep_blank_values=False)
+    known = {"name", "split", "data_files", "revision"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(
+            f"corpus: {uri!r}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    files = tuple(f for v in params.get("data_files", []) for f in v.split(",") if f)
+    return HubSource(
+        path=path.strip("/"),
+        name=params.get("name", [None])[-1],
+        split=params.get("split", ["train"])[-1],
+        data_files=files,
+        revision=params.get("revision", [None])[-1],
+    )
+
+
+def _hub_dataset(src: HubSource) -> Any:
+    import datasets
+
+    kwargs: dict[str, Any] = {"streaming": True, "split": src.split}
+    if src.data_files:
+        kwargs["data_files"] = list(src.data_files)
+    if src.revision:
+        kwargs["revision"] = src.revision
+    try:
+        return datasets.load_dataset(src.path, src.name, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any failure to open the stream gets the same advice
+        raise ValueError(
+            f"corpus: cannot stream {src.display} ({type(err).__name__}: {err}); check the dataset id, "
+            "name= (config) and split= of the hub URI, and that the hub is reachable"
+        ) from err
+
+
+def _iter_hub_shards(
+    src: HubSource, shards: Sequence[int], n_shards: int, opts: ReadOptions
+) -> Iterator[dict[str, str]]:
+    """Rows of some shards of a streamed hub dataset; ids ``<display>:<shard>:<row in shard>``."""
+    dataset = _hub_dataset(src)
+    report = _Reporter(src.display, opts.errors)
+    for shard in shards:
+        part = dataset.shard(num_shards=n_shards, index=shard) if n_shards > 1 else dataset
+        for number, row in enumerate(part):
+            where = f"{src.display}:{shard}:{number}"
+            text = row.get(opts.text_field) if isinstance(row, dict) else None
+            if isinstance(text, str):
+                doc = {"doc_id": _row_id(row, opts.id_field, where), "text": _utf8_safe(text)}
+                yield {**doc, "error": ""} if opts.errors == "keep" else doc
+                continue
+            reason = (
+                f"no field {opts.text_field!r} (fields: {', '.join(sorted(map(str, row))[:10])}); "
+                "set text_field to the field holding the document text"
+                if text is None
+                else f"field {opts.text_field!r} is a {type(text).__name__}, not a string"
+            )
+            bad = report.bad(where, reason)
+            if bad is not None:
+                yield bad
+    report.close()
+
+
+def _hub_shard_count(src: HubSource) -> int:
+    return max(1, int(getattr(_hub_dataset(src), "num_shards", 1) or 1))
+
+
+def _hub_datasource_class() -> type:
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class HubDatasource(Datasource):
+        """Streams a hub dataset: each read task iterates some of its shards."""
+
+        def __init__(self, src: HubSource, opts: ReadOptions) -> None:
+            self._src = src
+            self._opts = opts
+            self._n_shards = _hub_shard_count(src)
+
+        def estimate_inmemory_data_size(self) -> int | None:
+            return None
+
+        def get_read_tasks(
+            self, parallelism: int, per_task_row_limit: int | None = None, **kwargs: Any
+        ) -> list:
+            n = self._n_shards
+            groups = [
+                list(range(n))[i :: max(1, min(parallelism, n))] for i in range(max(1, min(parallelism, n)))
+            ]
+            src, opts = self._src, self._opts
+            tasks = []
+            for shards in groups:
+
+                def read(shards: list[int] = shards) -> Iterator[pa.Table]:
+                    yield from _blocks(_iter_hub_shards(src, shards, n, opts), opts.errors == "keep")
+
+                meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
+                tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
+            return tasks
+
+    return HubDatasource
 
 
 # --------------------------------------------------------------------------- Ray Data
@@ -421,6 +707,9 @@ def _datasource_class() -> type:
         def _open_input_source(self, filesystem: Any, path: str, **open_args: Any) -> Any:
             if self._opts.format == "parquet":  # needs random access, not a stream
                 return filesystem.open_input_file(path)
+            codec = _py_codec(path)
+            if codec is not None:  # see _Decompressing: keeps what precedes a truncation
+                return _Decompressing(filesystem.open_input_stream(path, compression=None), codec)
             return super()._open_input_source(filesystem, path, **open_args)
 
         def _read_stream(self, f: Any, path: str) -> Iterator[pa.Table]:
@@ -452,6 +741,18 @@ def _options(format: str, text_field: str, id_field: str | None, text_mode: str,
         raise ValueError(f"corpus: errors {errors!r} is unknown; expected {', '.join(ERROR_MODES)}")
     if not text_field:
         raise ValueError("corpus: text_field is empty; name the field holding the document text")
+
+
+def _split_hub(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> tuple[list[str], list[str]]:
+    """Hub URIs apart from file paths (both may be given in one list)."""
+    items = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
+    if not items:
+        raise ValueError(
+            "corpus: no paths given; set corpus.paths to files, directories, globs, URIs or hub:// ids"
+        )
+    return [p for p in items if is_hub_uri(p)], [p for p in items if not is_hub_uri(p)]
 
 
 def _by_format(files: CorpusFiles, format: str) -> dict[str, list[str]]:
@@ -486,9 +787,20 @@ def read_corpus(
     import ray.data
 
     _options(format, text_field, id_field, text_mode, errors)
+    hubs, paths = _split_hub(paths)
+    datasets = []
+    for uri in hubs:
+        opts = ReadOptions("hub", text_field, id_field, text_mode, errors, encoding)
+        source = _hub_datasource_class()(parse_hub_uri(uri), opts)
+        datasets.append(
+            ray.data.read_datasource(
+                source, override_num_blocks=override_num_blocks, ray_remote_args=ray_remote_args or {}
+            )
+        )
+    if not paths:
+        return datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
     files = resolve_paths(paths, filesystem)
     datasource_cls = _datasource_class()
-    datasets = []
     for fmt, group in sorted(_by_format(files, format).items()):
         opts = ReadOptions(fmt, text_field, id_field, text_mode, errors, encoding)
         source = datasource_cls(group, opts, files.prefix, filesystem=files.filesystem)
@@ -516,6 +828,14 @@ def iter_documents(
     Files are read in sorted path order; within a file, in file order.
     """
     _options(format, text_field, id_field, text_mode, errors)
+    hubs, paths = _split_hub(paths)
+    for uri in hubs:
+        src = parse_hub_uri(uri)
+        n = _hub_shard_count(src)
+        opts = ReadOptions("hub", text_field, id_field, text_mode, errors, encoding)
+        yield from _iter_hub_shards(src, range(n), n, opts)
+    if not paths:
+        return
     files = resolve_paths(paths, filesystem)
     for path in files.paths:
         fmt = format if format != "auto" else detect_format(path)

@@ -206,7 +206,8 @@ class Method:
         raise NotImplementedError
 
     # both families
-    def score(self, records: list[Record], outputs: Any, cfg: Any, **extra: Any) -> list[dict[str, Any]]:
+    def score(self, records: list[Record], evidence: Any, cfg: Any, **extra: Any) -> list[dict[str, Any]]:
+        """Per-example rows from ``evidence``: engine outputs by key (closed) or match rows (open)."""
         raise NotImplementedError
 
     def reduce(self, table: Any, cfg: Any) -> Verdict:

@@ -15,36 +15,36 @@ Normalisation follows the paper that defines the matcher, so a hit means what th
 ``_``) nor whitespace, so symbols (``$``, ``%``, emoji) go too. Everything is plain ``re`` / ``str``
 work in C: no nltk, no tokenizer data to download.
 
-Hashing: each word is hashed once with xxHash64 (seed 0) of its UTF-8 bytes; the hash of the n-gram
-starting at word ``j`` is xxHash64 of the ``8n`` bytes of the little-endian word hashes
-``j .. j+n-1``, i.e. exactly ``xxhash.xxh64_intdigest(word_hashes[j:j+n].tobytes())``. That value is
-computed for all positions at once by a NumPy transcription of the XXH64 algorithm (stripes of four
-64-bit lanes, merge, tail lanes, avalanche), so a document costs one regex pass, one C-level ``map``
-over its words and about a hundred vectorised uint64 operations per n-gram position, not one Python
-call per n-gram. The tests check the transcription against the ``xxhash`` package. (The values
-differ from datatrove's ``xxhash64(" ".join(ngram))``: indexes of the two are not interchangeable.)
+Hashing, all of it vectorised with NumPy (``contamray.metrics.rolling``), so a document costs a few
+C-level string passes and a handful of array operations per word — no Python call per word or per
+n-gram:
+
+- a word's hash is ``mix64(P(bytes) ^ len * S)``: ``P`` the polynomial hash mod 2**64 of its UTF-8
+  bytes, computed for every word of a batch from one prefix sum over the batch's bytes, ``mix64``
+  SplitMix64's bijective finaliser (``word_hash`` is the plain-Python reference);
+- the hash of the n-gram starting at word ``j`` is ``mix64(sum_k h[j+k] * B**k + n)`` over the word
+  hashes, again from one prefix sum per batch, shared by every n-gram length the indexes need
+  (``TokenBatch.windows``).
+
+Distinct n-grams collide with probability about 2**-64 per pair. The values differ from datatrove's
+``xxhash64(" ".join(ngram))``: indexes of the two are not interchangeable.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import xxhash
+
+from contamray.metrics import rolling
 
 NORMALIZATIONS = ("gpt3", "gpt2")
 
 _PUNCT = re.compile(r"[^\w\s]|_")
 _NON_ALNUM = re.compile(r"[\W_]+")
 
-_U64 = np.uint64
-_P1 = _U64(11400714785074694791)
-_P2 = _U64(14029467366897019727)
-_P3 = _U64(1609587929392839161)
-_P4 = _U64(9650029242287828579)
-_P5 = _U64(2870177450012600261)
 _MASK = (1 << 64) - 1
 
 
@@ -107,101 +107,150 @@ def _word_bytes(text: str, style: str) -> list[bytes]:
     The ASCII part is handled by ``bytes.translate`` (one C pass); only runs of non-ASCII characters
     go through the Unicode regexes. ``tests/test_ngram_overlap.py`` checks the two paths agree.
     """
+    return normalized_bytes(text, style).split()
+
+
+def normalized_bytes(text: str, style: str = "gpt3") -> bytes:
+    """The normalised text as UTF-8 bytes: words separated by ASCII spaces (see the module docstring)."""
     _check_style(style)
     lowered = text.lower()
     if not lowered.isascii():
         lowered = _NON_ASCII_RUN.sub(_FIX_RUN[style], lowered)
     table, delete = _ASCII[style]
     # "surrogatepass": a lone surrogate (possible in JSON-decoded text) must not fail a whole batch
-    return lowered.encode("utf-8", "surrogatepass").translate(table, delete).split()
+    return lowered.encode("utf-8", "surrogatepass").translate(table, delete)
+
+
+_LENGTH_SALT = 0x9E3779B97F4A7C15
+
+
+def _hash_words(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(word hashes, byte starts, byte ends) of the space-separated words of ``buf``, vectorised."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    if a.shape[0] == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.uint64), empty, empty
+    inside = np.zeros(a.shape[0] + 2, dtype=np.int8)
+    inside[1:-1] = a != 32
+    edges = np.diff(inside)
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    raw = rolling.Prefix(a).spans(starts, ends)
+    with np.errstate(over="ignore"):
+        salted = raw ^ ((ends - starts).astype(np.uint64) * np.uint64(_LENGTH_SALT))
+    return rolling.mix64(salted), starts, ends
+
+
+def word_hash(word: bytes) -> int:
+    """The hash of one normalised word, in plain Python (the reference ``word_hashes`` vectorises)."""
+    raw = sum(b * pow(rolling.BASE, k, 1 << 64) for k, b in enumerate(word)) % (1 << 64)
+    return rolling.mix64_int(raw ^ ((len(word) * _LENGTH_SALT) % (1 << 64)))
 
 
 def word_hashes(text: str, style: str = "gpt3") -> np.ndarray:
-    """xxHash64 (seed 0) of each normalised word's UTF-8 bytes, as a uint64 array."""
-    parts = _word_bytes(text, style)
-    return np.fromiter(map(xxhash.xxh64_intdigest, parts), dtype=np.uint64, count=len(parts))
+    """The hash of each normalised word (see the module docstring), as a uint64 array."""
+    return _hash_words(normalized_bytes(text, style))[0]
 
 
 def word_hashes_and_words(text: str, style: str = "gpt3") -> tuple[np.ndarray, list[bytes]]:
     """Like ``word_hashes`` but also returns the UTF-8 words (for showing a matched n-gram)."""
-    parts = _word_bytes(text, style)
-    return np.fromiter(map(xxhash.xxh64_intdigest, parts), dtype=np.uint64, count=len(parts)), parts
+    buf = normalized_bytes(text, style)
+    return _hash_words(buf)[0], buf.split()
 
 
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << _U64(r)) | (x >> _U64(64 - r))
+class DocWords:
+    """The words of one document of a ``TokenBatch``, cut out of the batch's bytes when asked for."""
+
+    def __init__(self, batch: TokenBatch, first: int, last: int) -> None:
+        self._batch, self._first, self._last = batch, first, last
+
+    def __len__(self) -> int:
+        return self._last - self._first
+
+    def __getitem__(self, item: slice) -> list[bytes]:
+        lo, hi, _ = item.indices(len(self))
+        b, base = self._batch, self._first
+        starts = b.starts[base + lo : base + hi].tolist()
+        ends = b.ends[base + lo : base + hi].tolist()
+        return [b.buf[s:e] for s, e in zip(starts, ends, strict=True)]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self[:])
+
+    def text(self, lo: int, hi: int) -> bytes:
+        """Words ``lo`` to ``hi`` (exclusive) joined by single spaces (evidence text)."""
+        if hi <= lo:
+            return b""
+        b, base = self._batch, self._first
+        raw = b.buf[int(b.starts[base + lo]) : int(b.ends[base + hi - 1])]
+        return b" ".join(raw.split()) if b"  " in raw else raw
 
 
-def _round(acc: np.ndarray, lane_times_p2: np.ndarray) -> np.ndarray:
-    # XXH64 round(acc, lane) = rotl(acc + lane * P2, 31) * P1, with lane * P2 precomputed.
-    acc = acc + lane_times_p2
-    return _rotl(acc, 31) * _P1
+class TokenBatch:
+    """A batch of documents normalised and word-hashed in one vectorised pass over their bytes.
+
+    ``hashes[d]`` are document ``d``'s word hashes (views into one array) and ``words[d]`` its words;
+    ``windows(n)`` hashes every ``n``-word window of the batch, all lengths sharing one prefix sum.
+    Per-document lists (``hashes``, ``words``) are made only when asked for.
+    """
+
+    def __init__(self, texts: Sequence[str], style: str = "gpt3") -> None:
+        parts = [normalized_bytes(t, style) for t in texts]
+        self.buf = b" ".join(parts)
+        doc_byte_ends = np.cumsum([len(p) + 1 for p in parts]).astype(np.int64)
+        self.all_hashes, self.starts, self.ends = _hash_words(self.buf)
+        # a word belongs to the document whose bytes it lies in
+        lasts = np.searchsorted(self.ends, doc_byte_ends, side="right").astype(np.int64)
+        firsts = np.concatenate([np.zeros(1, dtype=np.int64), lasts[:-1]]) if len(parts) else lasts
+        self.doc_starts, self.doc_ends = firsts, lasts
+        self._hashes: list[np.ndarray] | None = None
+        self._words: list[DocWords] | None = None
+        self._prefix: rolling.Prefix | None = None
+        self._windows: dict[int, Windows] = {}
+
+    @property
+    def hashes(self) -> list[np.ndarray]:
+        if self._hashes is None:
+            bounds = zip(self.doc_starts.tolist(), self.doc_ends.tolist(), strict=True)
+            self._hashes = [self.all_hashes[f:e] for f, e in bounds]
+        return self._hashes
+
+    @property
+    def words(self) -> list[DocWords]:
+        if self._words is None:
+            bounds = zip(self.doc_starts.tolist(), self.doc_ends.tolist(), strict=True)
+            self._words = [DocWords(self, f, e) for f, e in bounds]
+        return self._words
+
+    def prefix(self) -> rolling.Prefix:
+        """The prefix sums of the batch's word hashes (any window or span hashes from them)."""
+        if self._prefix is None:
+            self._prefix = rolling.Prefix(self.all_hashes)
+        return self._prefix
+
+    def windows(self, n: int) -> Windows:
+        """All ``n``-word windows of the batch (``valid`` False where one crosses a document end)."""
+        if n not in self._windows:
+            hashes = finish(self.prefix().windows(n), n)
+            self._windows[n] = _windows_from(hashes, n, self.doc_starts, self.doc_ends)
+        return self._windows[n]
+
+
+def finish(raw: np.ndarray, n: int | np.ndarray) -> np.ndarray:
+    """Window hashes from raw polynomial hashes of windows of ``n`` words (``n`` may vary per window)."""
+    with np.errstate(over="ignore"):
+        return rolling.mix64(raw + np.asarray(n).astype(np.uint64))
 
 
 def window_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
-    """XXH64 (seed 0) of every window of ``n`` consecutive uint64s of ``hashes``, as raw bytes.
+    """The hash of every window of ``n`` consecutive word hashes (``len - n + 1`` values, or none).
 
-    ``out[j] == xxhash.xxh64_intdigest(hashes[j:j+n].tobytes())`` on a little-endian machine; the
-    array has ``len(hashes) - n + 1`` entries (none when ``hashes`` is shorter than ``n``). Windows
-    are hashed in chunks of ``_CHUNK`` so the temporaries stay in the CPU cache.
+    ``mix64(sum_k hashes[j + k] * B**k + n  mod 2**64)`` (``contamray.metrics.rolling``): equal
+    windows get equal values wherever they occur, so benchmark n-grams and corpus windows compare.
     """
     if n < 1:
         raise ValueError(f"n-gram length must be >= 1, got {n}")
-    w = np.ascontiguousarray(hashes, dtype=np.uint64)
-    m = w.shape[0] - n + 1
-    if m <= 0:
-        return np.zeros(0, dtype=np.uint64)
-    out = np.empty(m, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        wp2 = w * _P2  # lane * P2 for every word, shared by all windows that contain it
-        tail = _rotl(wp2, 31) * _P1 if n % 4 else wp2  # round(0, lane) for every word
-        for start in range(0, m, _CHUNK):
-            stop = min(m, start + _CHUNK)
-            out[start:stop] = _xxh64_windows(wp2, tail, start, stop - start, n)
-    return out
-
-
-_CHUNK = 1 << 14
-
-
-def _xxh64_windows(wp2: np.ndarray, tail: np.ndarray, start: int, m: int, n: int) -> np.ndarray:
-    stripes = n // 4
-    if stripes:
-        v = []
-        for k, init in enumerate(_V_INIT):
-            acc = np.full(m, init, dtype=np.uint64)
-            for s in range(stripes):
-                off = start + 4 * s + k
-                acc = _round(acc, wp2[off : off + m])
-            v.append(acc)
-        h = _rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)
-        for acc in v:
-            acc *= _P2
-            h ^= _rotl(acc, 31) * _P1
-            h *= _P1
-            h += _P4
-    else:
-        h = np.full(m, _P5, dtype=np.uint64)
-    h += _U64(8 * n)
-    for off in range(start + 4 * stripes, start + n):
-        h ^= tail[off : off + m]
-        h = _rotl(h, 27)
-        h *= _P1
-        h += _P4
-    h ^= h >> _U64(33)
-    h *= _P2
-    h ^= h >> _U64(29)
-    h *= _P3
-    h ^= h >> _U64(32)
-    return h
-
-
-_V_INIT = (
-    _U64((_P1.item() + _P2.item()) & _MASK),
-    _P2,
-    _U64(0),
-    _U64((-_P1.item()) & _MASK),
-)
+    return finish(rolling.window_hashes(np.asarray(hashes, dtype=np.uint64), n), n)
 
 
 def ngram_hashes(text: str, n: int, style: str = "gpt3") -> np.ndarray:
@@ -228,6 +277,16 @@ class Windows:
         return doc, positions - self.starts[doc]
 
 
+def _windows_from(hashes: np.ndarray, n: int, starts: np.ndarray, ends: np.ndarray) -> Windows:
+    m = hashes.shape[0]
+    valid = np.ones(m, dtype=bool)
+    if n > 1 and m:
+        # a window starting at p crosses a document end e iff e - n < p < e
+        crossing = (ends[:-1, None] - np.arange(1, n)[None, :]).ravel()
+        valid[crossing[(crossing >= 0) & (crossing < m)]] = False
+    return Windows(hashes, valid, starts, ends)
+
+
 def hash_windows(word_hash_arrays: Sequence[np.ndarray], n: int) -> Windows:
     """Hash all ``n``-word windows of many documents at once (see ``Windows``)."""
     lengths = np.fromiter((a.shape[0] for a in word_hash_arrays), dtype=np.int64, count=len(word_hash_arrays))
@@ -235,14 +294,7 @@ def hash_windows(word_hash_arrays: Sequence[np.ndarray], n: int) -> Windows:
     starts = ends - lengths
     if not lengths.size or ends[-1] < n:
         return Windows(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=bool), starts, ends)
-    hashes = window_hashes(np.concatenate(word_hash_arrays), n)
-    m = hashes.shape[0]
-    valid = np.ones(m, dtype=bool)
-    if n > 1:
-        # a window starting at p crosses a document end e iff e - n < p < e
-        crossing = (ends[:-1, None] - np.arange(1, n)[None, :]).ravel()
-        valid[crossing[(crossing >= 0) & (crossing < m)]] = False
-    return Windows(hashes, valid, starts, ends)
+    return _windows_from(window_hashes(np.concatenate(word_hash_arrays), n), n, starts, ends)
 
 
 def batch_windows(

@@ -118,6 +118,10 @@ class MatchWorker:
 
     def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]]) -> None:
         import ray
+        import torch
+
+        # embedding methods run torch in here: one thread per CPU the actor holds, not every core
+        torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
 
         self.indexes = []
         for cell_key, label, name, params, ref in indexes:

@@ -247,6 +247,8 @@ def _score_open(
         format=corpus.get("format", "auto"),
         text_field=corpus.get("text_field", "text"),
         id_field=corpus.get("id_field"),
+        # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
+        ray_remote_args={"num_cpus": 0.25},
     )
     matched = ds.map_batches(
         MatchWorker,

@@ -18,12 +18,31 @@ Papers and the parameters they used:
   (the 5th-percentile example length clamped to [8, 13]); set ``n`` per benchmark to reproduce a
   Table C.1 row.
 
+- Chowdhery et al. 2022, "PaLM: Scaling Language Modeling with Pathways", Sec. 8 (data
+  contamination): an example is contaminated when "at least 70% of [its] 8-grams" occur at least once
+  in the training data: ``n=8``, ``min_fraction=0.7`` (``conf/method/palm.yaml``). PaLM does not say
+  how text was normalised; we use GPT-3's rule.
+
+GPT-3's frequent n-grams: App. C says "We ignored 13-grams that matched more than 10 training
+documents", in the paragraph on filtering the training set with the same 13-gram procedure; the
+``gpt3_13gram`` config applies it to the overlap analysis too (``max_doc_frequency=10``: an n-gram in
+11 or more distinct documents is ignored, the paper's "more than 10"). The count is streamed, never a
+dict of the corpus: every match row carries the n-gram hash and the document id, and the rows of one
+example list *every* document containing each of its n-grams (only benchmark n-grams produce rows),
+so ``score`` counts distinct documents per n-gram exactly from the rows of the examples it scores. To
+keep common n-grams from flooding the pipeline, a match process stops emitting rows for an n-gram
+once *it* has seen it in more than ``max_doc_frequency`` documents: the rows already emitted prove
+it is over the limit, so the result is the same.
+
 Known deviations of ntunlp/LLMSanitize (``open_data_methods/gpt3.py``), where we follow the paper:
-it drops 13-grams found in >= 10 training documents, a rule GPT-3 used only for *filtering its
-training set* (and with "more than 10"), not for the overlap analysis (optional here:
-``max_doc_frequency``, off by default; LLMSanitize's loop also deletes dict keys while iterating
-them, which raises in Python 3); it skips examples shorter than 13 words altogether, removing them
-from the denominator, where GPT-3 matched them whole; its tokenizer needs nltk's punkt data.
+it drops 13-grams found in >= 10 training documents (the paper: more than 10), always; its loop
+deletes dict keys while iterating them, which raises in Python 3; it skips examples shorter than 13
+words altogether, removing them from the denominator, where GPT-3 matched them whole; its tokenizer
+needs nltk's punkt data. Its PaLM (``palm.py``) counts an example's 8-grams with repeats and does not
+normalise text.
+
+Evidence: per example, the matched documents (``doc_ids``), the n-grams (``evidence``) and the word
+spans they cover in each document (``spans``: normalised-word offsets, first occurrences).
 
 Which n-grams: as in huggingface/datatrove's ``NGramsDecontIndexer``, the example text is the input
 fields followed by the label fields (the verbalised example), and its n-grams are kept apart by
@@ -49,14 +68,16 @@ from typing import Any
 import numpy as np
 
 from contamray.methods.base import Method, Verdict, register
+from contamray.methods.open.common import HashTable, merge_spans
 from contamray.metrics.ngrams import (
     NORMALIZATIONS,
+    TokenBatch,
     Windows,
     as_signed,
+    finish,
     hash_windows,
     window_hashes,
     word_hashes,
-    word_hashes_and_words,
 )
 from contamray.records import Record
 
@@ -97,9 +118,13 @@ class NGramOverlapConfig:
       least ``min_words`` is matched as one gram of all its words) or ``"skip"`` (never checked).
     - ``min_words``: shorter examples are not checked (GPT-3 App. C ignored examples < 8 words);
       they stay in the table with ``status="too_short"`` and count as clean, as in GPT-3's tables.
+    - ``min_fraction``: if set, an example is contaminated only when at least this fraction of its
+      grams is found (PaLM, Chowdhery et al. 2022, Sec. 8: 70 % of its 8-grams, ``0.7``); ``None``
+      (default) = GPT-3's "any collision" (``min_matches``).
     - ``max_doc_frequency``: if set, n-grams found in more than this many distinct documents are
-      ignored (GPT-3's *training-set filtering* used 10 to skip "common cultural phrases, legal
-      boilerplate"); ``None`` (default) = the paper's overlap analysis, which ignores nothing.
+      ignored (GPT-3 App. C: "We ignored 13-grams that matched more than 10 training documents" as
+      "common cultural phrases, legal boilerplate"; ``10`` in ``conf/method/gpt3_13gram.yaml``);
+      ``None`` (default) ignores nothing. The count is streamed: see ``match``.
     - ``partition_threshold``: the partition is called contaminated when the fraction of
       contaminated examples is *above* this (default 0.0: any dirty example, see ``reduce``).
     - ``max_evidence``: how many matched document ids and n-grams to keep per example.
@@ -112,6 +137,7 @@ class NGramOverlapConfig:
     normalization: str = "gpt3"
     short_examples: str = "whole"
     min_words: int = 8
+    min_fraction: float | None = None
     max_doc_frequency: int | None = None
     partition_threshold: float = 0.0
     max_evidence: int = 5
@@ -136,6 +162,11 @@ class NGramOverlapConfig:
             ("min_words", isinstance(self.min_words, int) and self.min_words >= 1, "an integer >= 1"),
             ("normalization", self.normalization in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
             ("short_examples", self.short_examples in SHORT_POLICIES, f"one of {', '.join(SHORT_POLICIES)}"),
+            (
+                "min_fraction",
+                self.min_fraction is None or 0.0 < float(self.min_fraction) <= 1.0,
+                "null or a fraction in (0, 1] (0.7 PaLM)",
+            ),
             (
                 "max_doc_frequency",
                 self.max_doc_frequency is None
@@ -171,6 +202,7 @@ class ExampleGrams:
     gram_len: int  # n, the example's own length (whole-example match) or 0 (not checked)
     status: str
     hashes: tuple[np.ndarray, np.ndarray, np.ndarray]  # distinct uint64 hashes per region
+    anchor: int = 0  # whole-example grams: hash of the first ``min_words`` words (the lookup key)
 
     @property
     def counts(self) -> tuple[int, int, int]:
@@ -204,8 +236,68 @@ def example_grams(record: Record, cfg: NGramOverlapConfig) -> ExampleGrams:
         region = OVERLAP if ni and nl else (INPUT if ni else LABEL)
         hashes = [empty, empty, empty]
         hashes[region] = gram
-        return ExampleGrams(total, total, STATUS_WHOLE, tuple(hashes))  # type: ignore[arg-type]
+        anchor = int(window_hashes(both[: cfg.min_words], cfg.min_words)[0])
+        return ExampleGrams(total, total, STATUS_WHOLE, tuple(hashes), anchor)  # type: ignore[arg-type]
     return ExampleGrams(total, 0, STATUS_TOO_SHORT, (empty, empty, empty))
+
+
+def example_grams_batch(records: Sequence[Record], cfg: NGramOverlapConfig) -> list[ExampleGrams]:
+    """``example_grams`` of many examples at once: one tokenisation and one window pass for all.
+
+    Inputs and labels are tokenised as one ``TokenBatch`` (input 0, label 0, input 1, ...), so each
+    example's words are contiguous; its n-grams are the windows that start and end inside it.
+    """
+    if not records:
+        return []
+    texts = [
+        t for r in records for t in (_join_fields(r, cfg.input_fields), _join_fields(r, cfg.label_fields))
+    ]
+    tb = TokenBatch(texts, cfg.normalization)
+    start, split, end = tb.doc_starts[0::2], tb.doc_ends[0::2], tb.doc_ends[1::2]
+    split = np.maximum(split, start)
+    ni, total = split - start, end - start
+    prefix = tb.prefix()
+    n = cfg.n
+    # n-grams of the examples with at least n words: (record, region, hash), made distinct
+    hashes = tb.windows(n).hashes
+    pos = np.arange(hashes.shape[0], dtype=np.int64)
+    rec = np.searchsorted(end, pos, side="right")
+    ok = rec < len(records)
+    ok[ok] &= pos[ok] + n <= end[rec[ok]]
+    pos, rec, hashes = pos[ok], rec[ok], hashes[ok]
+    offset = pos - start[rec]
+    region = np.where(offset + n <= ni[rec], INPUT, np.where(offset >= ni[rec], LABEL, OVERLAP)).astype(
+        np.int8
+    )
+    order = np.lexsort((hashes, region, rec))
+    rec, region, hashes = rec[order], region[order], hashes[order]
+    keep = np.ones(rec.shape[0], dtype=bool)
+    keep[1:] = (rec[1:] != rec[:-1]) | (region[1:] != region[:-1]) | (hashes[1:] != hashes[:-1])
+    rec, region, hashes = rec[keep], region[keep], hashes[keep]
+    bounds = np.searchsorted(rec * 3 + region, np.arange(3 * len(records) + 1), side="left")
+    # whole-example grams of the short ones
+    whole = (total < n) & (total >= cfg.min_words) & (total > 0) & (cfg.short_examples == "whole")
+    whole_hash = np.zeros(len(records), dtype=np.uint64)
+    anchor_hash = np.zeros(len(records), dtype=np.uint64)
+    if whole.any():
+        whole_hash[whole] = finish(prefix.spans(start[whole], end[whole]), total[whole])
+        anchor_hash[whole] = finish(prefix.spans(start[whole], start[whole] + cfg.min_words), cfg.min_words)
+    empty = np.zeros(0, dtype=np.uint64)
+    out = []
+    for i in range(len(records)):
+        t, inp = int(total[i]), int(ni[i])
+        if t == 0:
+            out.append(ExampleGrams(0, 0, STATUS_EMPTY, (empty, empty, empty)))
+        elif t >= n:
+            parts = tuple(hashes[bounds[3 * i + g] : bounds[3 * i + g + 1]] for g in range(3))
+            out.append(ExampleGrams(t, n, STATUS_NGRAMS, parts))  # type: ignore[arg-type]
+        elif whole[i]:
+            parts_list = [empty, empty, empty]
+            parts_list[OVERLAP if inp and t - inp else (INPUT if inp else LABEL)] = whole_hash[i : i + 1]
+            out.append(ExampleGrams(t, t, STATUS_WHOLE, tuple(parts_list), int(anchor_hash[i])))  # type: ignore[arg-type]
+        else:
+            out.append(ExampleGrams(t, 0, STATUS_TOO_SHORT, (empty, empty, empty)))
+    return out
 
 
 @dataclass
@@ -247,18 +339,50 @@ class NGramIndex:
         record_ids: list[str],
         partitions: list[str],
         tables: dict[int, _Table],
+        anchor_len: int = 0,
+        anchors: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self.n = n
         self.normalization = normalization
         self.record_ids = record_ids
         self.partitions = partitions
         self.tables = tables
+        # whole-example grams (shorter than n) are found through the hash of their first
+        # ``anchor_len`` words: one window pass for all their lengths; (anchor, length, full hash)
+        self.anchor_len = anchor_len
+        items = sorted(set(anchors or ()))
+        self.anchor_length = np.array([length for _, length, _ in items], dtype=np.int64)
+        self.anchor_full = np.array([full for _, _, full in items], dtype=np.uint64)
+        self.anchor_table = HashTable.build(
+            np.array([a for a, _, _ in items], dtype=np.uint64), np.arange(len(items), dtype=np.int64)
+        )
         self._filters: dict[int, tuple[int, np.ndarray]] = {}
+        self._seen_docs: dict[tuple[int, int], set[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_filters"] = {}
+        state["_seen_docs"] = {}
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_seen_docs", {})
+
+    def note_document(self, gram: tuple[int, int], doc_id: str, limit: int) -> bool:
+        """Record that this process matched ``gram`` in ``doc_id``; False once it is over ``limit``.
+
+        The first ``limit + 1`` distinct documents of a gram are let through (so the rows show it is
+        over the limit), later ones are not. The state lives in this process's copy of the index and
+        is never pickled: build a fresh index for each scan of a corpus.
+        """
+        seen = self._seen_docs.setdefault(gram, set())
+        if doc_id in seen:
+            return True
+        if len(seen) > limit:
+            return False
+        seen.add(doc_id)
+        return True
 
     @property
     def n_grams(self) -> int:
@@ -291,10 +415,12 @@ class NGramIndex:
 def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramIndex:
     """Index every example's grams; examples not checked (too short, empty) add nothing."""
     per_length: dict[int, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
-    for i, record in enumerate(records):
-        grams = example_grams(record, cfg)
+    anchors: list[tuple[int, int, int]] = []
+    for i, grams in enumerate(example_grams_batch(records, cfg)):
         if grams.gram_len == 0:
             continue
+        if grams.status == STATUS_WHOLE:
+            anchors.append((grams.anchor, grams.gram_len, int(max(grams.hashes, key=len)[0])))
         hs, rs, gs = per_length.setdefault(grams.gram_len, ([], [], []))
         for region, h in enumerate(grams.hashes):
             if h.shape[0]:
@@ -306,7 +432,13 @@ def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramInde
         for length, (hs, rs, gs) in sorted(per_length.items())
     }
     return NGramIndex(
-        cfg.n, cfg.normalization, [r.id for r in records], [r.partition for r in records], tables
+        cfg.n,
+        cfg.normalization,
+        [r.id for r in records],
+        [r.partition for r in records],
+        tables,
+        anchor_len=cfg.min_words,
+        anchors=anchors,
     )
 
 
@@ -314,58 +446,72 @@ def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramInde
 
 
 class _DocCache(threading.local):
-    """One-slot memo of the last batch's tokenisation (per thread).
+    """Memo of the last batch's tokenisation, one ``TokenBatch`` per normalisation (per thread).
 
     The pipeline calls ``match`` once per benchmark index on the *same* list of documents; keeping
     that list's word hashes (and window hashes per length) avoids re-tokenising it for every index.
-    The slot holds a reference to the list, so identity cannot be confused with a later batch; the
+    The cache holds a reference to the list, so identity cannot be confused with a later batch; the
     results never depend on it.
     """
 
     def __init__(self) -> None:
         self.docs: Any = None
-        self.style = ""
-        self.words: list[list[bytes]] = []
-        self.hashes: list[np.ndarray] = []
-        self.windows: dict[int, Windows] = {}
+        self.styles: dict[str, TokenBatch] = {}
 
 
 _CACHE = _DocCache()
 
 
-def _tokenise(docs: list[dict[str, Any]], style: str) -> tuple[list[list[bytes]], list[np.ndarray]]:
+def token_batch(docs: list[dict[str, Any]], style: str, method: str = "ngram_overlap") -> TokenBatch:
+    """The batch's ``TokenBatch`` for ``style`` (built once per batch and normalisation)."""
     cache = _CACHE
-    if cache.docs is not docs or cache.style != style:
-        words, hashes = [], []
+    if cache.docs is not docs:
+        cache.docs, cache.styles = docs, {}
+    if style not in cache.styles:
+        texts = []
         for i, doc in enumerate(docs):
             text = doc.get("text")
             if not isinstance(text, str):
                 raise TypeError(
-                    f"ngram_overlap.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
+                    f"{method}.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
                     f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus "
                     "(it skips and reports rows without text) or fix the corpus' text_field"
                 )
-            h, w = word_hashes_and_words(text, style)
-            words.append(w)
-            hashes.append(h)
-        cache.docs, cache.style, cache.words, cache.hashes, cache.windows = docs, style, words, hashes, {}
-    return cache.words, cache.hashes
+            texts.append(text)
+        cache.styles[style] = TokenBatch(texts, style)
+    return cache.styles[style]
 
 
-def _windows(length: int, hashes: list[np.ndarray]) -> Windows:
-    cache = _CACHE
-    if length not in cache.windows:
-        cache.windows[length] = hash_windows(hashes, length)
-    return cache.windows[length]
+def tokenise_docs(docs: list[dict[str, Any]], style: str, method: str = "ngram_overlap") -> tuple[list, list]:
+    """Normalised words and word hashes per document of a batch (memoised for the batch).
+
+    Shared by every word-level matcher (n-gram overlap, exact match, METEOR's prefilter, Llama-2 word
+    tokens), so a batch is tokenised once per normalisation however many indexes scan it.
+    """
+    batch = token_batch(docs, style, method)
+    return batch.words, batch.hashes
+
+
+def windows_of(length: int, hashes: list[np.ndarray]) -> Windows:
+    """The ``length``-word windows of ``hashes`` (from the batch's shared prefix when they are a
+    ``tokenise_docs`` result)."""
+    for batch in _CACHE.styles.values():
+        if batch.hashes is hashes:
+            return batch.windows(length)
+    return hash_windows(hashes, length)
 
 
 def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     """Match rows for a batch of corpus documents: one per distinct (record, doc, gram, region).
 
     Columns: ``record_id``, ``partition``, ``doc_id``, ``region`` (input / label / overlap),
-    ``ngram_hash`` (the XXH64 value as signed int64), ``ngram_len`` (words), ``doc_offset`` (word
+    ``ngram_hash`` (the 64-bit n-gram hash as signed int64), ``ngram_len`` (words), ``doc_offset`` (word
     offset of its first occurrence in the document, normalised words), ``occurrences`` (in that
     document) and ``ngram`` (the matched words, normalised, as evidence).
+
+    With ``max_doc_frequency`` set, rows of an n-gram stop once this process has emitted it for more
+    than that many distinct documents (``NGramIndex.note_document``): enough to prove to ``score``
+    that it is to be ignored, without a row for every document of a common phrase.
     """
     if index.n != cfg.n or index.normalization != cfg.normalization:
         raise ValueError(
@@ -375,50 +521,102 @@ def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
         )
     if not docs or not index.tables:
         return []
-    words, hashes = _tokenise(docs, cfg.normalization)
+    batch = token_batch(docs, cfg.normalization)
+    words = batch.words
     rows: list[dict[str, Any]] = []
-    for length, table in index.tables.items():
-        windows = _windows(length, hashes)
-        hit, key = index.lookup(length, windows.hashes)
-        inside = windows.valid[hit]
-        hit, key = hit[inside], key[inside]
-        if hit.shape[0] == 0:
-            continue
-        doc, offset = windows.locate(hit)
-        # expand every hit to the (record, region) entries of its key
-        counts = table.starts[key + 1] - table.starts[key]
-        owner = np.repeat(np.arange(hit.shape[0]), counts)
-        within = np.arange(owner.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
-        entry = table.starts[key][owner] + within
-        e_doc, e_off, e_key = doc[owner], offset[owner], key[owner]
-        e_rec, e_reg = table.record[entry], table.region[entry]
-        order = np.lexsort((e_off, e_reg, e_key, e_rec, e_doc))
-        e_doc, e_off, e_key, e_rec, e_reg = (a[order] for a in (e_doc, e_off, e_key, e_rec, e_reg))
-        first = np.ones(order.shape[0], dtype=bool)
-        first[1:] = (
-            (e_doc[1:] != e_doc[:-1])
-            | (e_rec[1:] != e_rec[:-1])
-            | (e_key[1:] != e_key[:-1])
-            | (e_reg[1:] != e_reg[:-1])
+    for length, windows, hit, key in gram_hits(batch, index):
+        rows.extend(
+            _rows(docs, words, index, length, index.tables[length], windows, hit, key, cfg.max_doc_frequency)
         )
-        idx = np.flatnonzero(first)
-        occurrences = np.diff(np.append(idx, order.shape[0]))
-        signed = as_signed(table.keys[e_key[idx]])
-        for j, i in enumerate(idx):
-            d, o, r = int(e_doc[i]), int(e_off[i]), int(e_rec[i])
-            rows.append(
-                {
-                    "record_id": index.record_ids[r],
-                    "partition": index.partitions[r],
-                    "doc_id": str(docs[d].get("doc_id", "")),
-                    "region": REGIONS[int(e_reg[i])],
-                    "ngram_hash": int(signed[j]),
-                    "ngram_len": int(length),
-                    "doc_offset": o,
-                    "occurrences": int(occurrences[j]),
-                    "ngram": b" ".join(words[d][o : o + length]).decode("utf-8", "replace"),
-                }
-            )
+    return rows
+
+
+def gram_hits(batch: TokenBatch, index: NGramIndex) -> list[tuple[int, Windows, np.ndarray, np.ndarray]]:
+    """(gram length, windows, positions, key indices) of every gram found in the batch.
+
+    The n-grams through one window pass; whole-example grams (shorter examples) through their
+    anchors, one more pass for all their lengths, each candidate checked by its full hash.
+    """
+    out = []
+    if index.n in index.tables:
+        windows = batch.windows(index.n)
+        hit, key = index.lookup(index.n, windows.hashes)
+        inside = windows.valid[hit]
+        out.append((index.n, windows, hit[inside], key[inside]))
+    if len(index.anchor_table):
+        windows = batch.windows(index.anchor_len)
+        pos, entry = index.anchor_table.lookup(windows.hashes)
+        keep = windows.valid[pos]
+        pos, entry = pos[keep], entry[keep]
+        doc, offset = windows.locate(pos)
+        length = index.anchor_length[entry]
+        keep = offset + length <= windows.ends[doc] - windows.starts[doc]
+        pos, entry, length = pos[keep], entry[keep], length[keep]
+        full = finish(batch.prefix().spans(pos, pos + length), length)
+        keep = full == index.anchor_full[entry]
+        pos, length, full = pos[keep], length[keep], full[keep]
+        for value in np.unique(length).tolist():
+            sel = length == value
+            keys = index.tables[value].keys
+            out.append((value, windows, pos[sel], np.searchsorted(keys, full[sel])))
+    return out
+
+
+def _rows(
+    docs: list[dict[str, Any]],
+    words: Any,
+    index: NGramIndex,
+    length: int,
+    table: _Table,
+    windows: Windows,
+    hit: np.ndarray,
+    key: np.ndarray,
+    limit: int | None,
+) -> list[dict[str, Any]]:
+    """Match rows of the hits of one gram length: one per distinct (record, doc, gram, region)."""
+    if hit.shape[0] == 0:
+        return []
+    rows = []
+    doc, offset = windows.locate(hit)
+    # expand every hit to the (record, region) entries of its key
+    counts = table.starts[key + 1] - table.starts[key]
+    owner = np.repeat(np.arange(hit.shape[0]), counts)
+    within = np.arange(owner.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+    entry = table.starts[key][owner] + within
+    e_doc, e_off, e_key = doc[owner], offset[owner], key[owner]
+    e_rec, e_reg = table.record[entry], table.region[entry]
+    order = np.lexsort((e_off, e_reg, e_key, e_rec, e_doc))
+    e_doc, e_off, e_key, e_rec, e_reg = (a[order] for a in (e_doc, e_off, e_key, e_rec, e_reg))
+    first = np.ones(order.shape[0], dtype=bool)
+    first[1:] = (
+        (e_doc[1:] != e_doc[:-1])
+        | (e_rec[1:] != e_rec[:-1])
+        | (e_key[1:] != e_key[:-1])
+        | (e_reg[1:] != e_reg[:-1])
+    )
+    idx = np.flatnonzero(first)
+    occurrences = np.diff(np.append(idx, order.shape[0])).tolist()
+    signed = as_signed(table.keys[e_key[idx]]).tolist()
+    doc_ids = [str(d.get("doc_id", "")) for d in docs]
+    for j, (d, o, r, g) in enumerate(
+        zip(e_doc[idx].tolist(), e_off[idx].tolist(), e_rec[idx].tolist(), e_reg[idx].tolist(), strict=True)
+    ):
+        doc_id = doc_ids[d]
+        if limit is not None and not index.note_document((length, signed[j]), doc_id, limit):
+            continue  # this process already saw the n-gram in more than `limit` documents
+        rows.append(
+            {
+                "record_id": index.record_ids[r],
+                "partition": index.partitions[r],
+                "doc_id": doc_id,
+                "region": REGIONS[g],
+                "ngram_hash": signed[j],
+                "ngram_len": length,
+                "doc_offset": o,
+                "occurrences": occurrences[j],
+                "ngram": words[d].text(o, o + length).decode("utf-8", "replace"),
+            }
+        )
     return rows
 
 
@@ -456,7 +654,10 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
     ``n_ngrams`` and ``n_*_ngrams`` count the example's distinct grams per region; ``matched_*``
     how many of them were found in at least one corpus document; ``fraction_matched`` is
     ``matched_total / n_ngrams`` (None when the example was not checked); ``doc_ids`` and
-    ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams (sorted).
+    ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams (sorted); ``spans`` the
+    word ranges of the documents the counted n-grams cover (``{"doc_id", "start", "end", "unit"}``).
+    With ``max_doc_frequency``, an n-gram whose rows name more than that many distinct documents is
+    ignored (not matched, no evidence).
     """
     cols = _match_columns(matches)
     wanted = {r.id for r in records}
@@ -465,6 +666,7 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
     docs_by_record: dict[str, set[str]] = {}
     evidence_by_record: dict[str, set[str]] = {}
     docs_by_gram: dict[tuple[int, int], set[str]] = {}
+    spans_by_record: dict[str, list[tuple[str, int, int]]] = {}
     keep = [i for i, rid in enumerate(cols["record_id"]) if rid in wanted]
     if cfg.max_doc_frequency is not None:
         for i in keep:
@@ -479,16 +681,19 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
         grams_by_record.setdefault(rid, [set(), set(), set()])[region].add(gram)
         docs_by_record.setdefault(rid, set()).add(str(cols["doc_id"][i]))
         evidence_by_record.setdefault(rid, set()).add(str(cols["ngram"][i]))
+        offset = int(cols["doc_offset"][i])
+        spans_by_record.setdefault(rid, []).append((str(cols["doc_id"][i]), offset, offset + gram[0]))
 
     rows = []
-    for record in records:
-        grams = example_grams(record, cfg)
+    for record, grams in zip(records, example_grams_batch(records, cfg), strict=True):
         counts = grams.counts
         matched = [len(s) for s in grams_by_record.get(record.id, [set(), set(), set()])]
         total = sum(counts)
         matched_total = sum(matched)
         checked = grams.status in (STATUS_NGRAMS, STATUS_WHOLE)
         contaminated = checked and matched_total >= cfg.min_matches
+        if cfg.min_fraction is not None:
+            contaminated = contaminated and matched_total >= cfg.min_fraction * total
         if not contaminated:
             kind = "clean"
         elif matched[LABEL] or matched[OVERLAP]:
@@ -524,6 +729,7 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
                 "n_docs": len(docs),
                 "doc_ids": docs[: cfg.max_evidence],
                 "evidence": sorted(evidence_by_record.get(record.id, ()))[: cfg.max_evidence],
+                "spans": merge_spans(spans_by_record.get(record.id, ()), "word", cfg.max_evidence),
                 "error": error,
             }
         )
@@ -593,6 +799,8 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
             "rate_unit": "fraction",
             "n": cfg.n,
             "min_matches": cfg.min_matches,
+            "min_fraction": cfg.min_fraction,
+            "max_doc_frequency": cfg.max_doc_frequency,
             "normalization": cfg.normalization,
             "partition_threshold": cfg.partition_threshold,
             "n_contaminated": n_dirty,
@@ -626,8 +834,10 @@ class NGramOverlap(Method):
     ) -> list[dict[str, Any]]:
         return match(docs, index, cfg)
 
-    def score(self, records: list[Record], outputs: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
-        return score(records, outputs, cfg)
+    def score(
+        self, records: list[Record], matches: Any, cfg: NGramOverlapConfig, **extra: Any
+    ) -> list[dict[str, Any]]:
+        return score(records, matches, cfg)
 
     def reduce(self, table: Any, cfg: NGramOverlapConfig) -> Verdict:
         return reduce(table, cfg)
@@ -642,7 +852,12 @@ __all__ = [
     "NGramOverlapConfig",
     "build_index",
     "example_grams",
+    "example_grams_batch",
+    "gram_hits",
     "match",
     "reduce",
     "score",
+    "token_batch",
+    "tokenise_docs",
+    "windows_of",
 ]

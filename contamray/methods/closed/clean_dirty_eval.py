@@ -1,0 +1,232 @@
+"""Clean vs dirty evaluation: a model's accuracy on the clean and contaminated parts of a benchmark.
+
+Paper: Li, Guerin, Lin 2023, "An Open-Source Data Contamination Report for Large Language Models",
+Sec. 4-5 and its main table: each multiple-choice benchmark is split by an open-data contamination
+check into *clean*, *input-only contaminated* and *input-and-label contaminated* examples, and the
+model's accuracy is compared across the subsets (e.g. Llama-2 70B on HellaSwag: clean .7726, all dirty
+.8348, input-and-label dirty .8455). A model that learned a benchmark from its training data does
+better on the dirty part than on the clean part.
+
+Evaluation, as in the report (which used lm-evaluation-harness's multiple-choice scoring): each option
+is scored as a continuation of the question prompt (``template``, default ``"Question: {input}\\nAnswer:"``,
+the harness's ARC format, the option after a space); the prediction is the option with the lowest
+perplexity, ``exp(-mean log p(option tokens | prompt))``. Each option's token log-probabilities are
+the scored tokens of ``prompt + " " + option`` beyond those of the prompt alone (one extra ``score``
+request per example for the prompt), which is exact when the option starts a new token after the
+space, as with the BPE / SentencePiece tokenizers of the models studied.
+
+The split comes from an open-data method of the same run: ``contamination_from`` names it (its label
+under ``methods:``) and the runner merges its per-example ``contaminated`` and ``contamination_type``
+into this method's table on ``record_id`` (``contamray.methods.base``). ``reduce`` reports accuracy per
+subset and tests the difference with Fisher's exact test (scipy; two-by-two table of correct /
+incorrect by dirty / clean): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
+direction contamination inflates), two-sided p-values per subset are in ``details``. The partition is
+called contaminated (evaluation inflated) when ``p_value < alpha``. The report gives the accuracies
+without a test; the test is ours.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.records import Record
+
+NAME = "clean_dirty_eval"
+SUBSETS = ("clean", "input_only", "input_and_label")
+
+
+@dataclass(frozen=True)
+class CleanDirtyConfig:
+    """Parameters of ``clean_dirty_eval``.
+
+    Worked example: 100 examples, 80 clean with 40 correct (0.50), 20 input-and-label dirty with 16
+    correct (0.80): the difference 0.30 has one-sided Fisher p = 0.012 < 0.05: contaminated.
+
+    - ``contamination_from``: label of the run's open-data method that splits the partition (required).
+    - ``template``: the prompt; ``{input}`` is the question (each option follows after a space).
+    - ``alpha``: significance level of the one-sided test.
+    """
+
+    contamination_from: str = ""
+    template: str = "Question: {input}\nAnswer:"
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.contamination_from, str) or not self.contamination_from.strip():
+            raise ValueError(
+                f"{NAME}: contamination_from is empty; set it to the label of an open-data method of the run "
+                "(e.g. methods.clean_dirty_eval.contamination_from=meteor_recall)"
+            )
+        if "{input}" not in self.template:
+            raise ValueError(
+                f"{NAME}: template={self.template!r} has no {{input}} placeholder for the question"
+            )
+        if not 0.0 < float(self.alpha) < 1.0:
+            raise ValueError(f"{NAME}: alpha={self.alpha!r} is invalid; expected a number in (0, 1)")
+
+
+def prompt(record: Record, cfg: CleanDirtyConfig) -> str:
+    return cfg.template.replace("{input}", record.input)
+
+
+def gold_index(record: Record) -> int | None:
+    """The correct option's position: the label's text if it is one option, else the stored key."""
+    if record.choices.count(record.label) == 1:
+        return record.choices.index(record.label)
+    labels = list(record.meta.get("choice_labels") or [])
+    if record.answer in labels:
+        return labels.index(record.answer)
+    if record.answer.strip().isdigit() and int(record.answer) < len(record.choices):
+        return int(record.answer)
+    return None
+
+
+def _key(record_id: str, part: str) -> str:
+    return f"{record_id}|{part}"
+
+
+def _outputs(outputs: Mapping[str, Output] | Iterable[Any]) -> dict[str, Output]:
+    items = outputs.values() if isinstance(outputs, Mapping) else outputs
+    out = {}
+    for item in items:
+        o = item if isinstance(item, Output) else Output.from_row(dict(item))
+        out[o.key] = o
+    return out
+
+
+def choice_perplexities(record: Record, outputs: dict[str, Output]) -> list[float]:
+    """Perplexity of every option given the prompt; raises with the reason when it cannot."""
+    ctx = outputs.get(_key(record.id, "prompt"))
+    if ctx is None or ctx.error:
+        raise ValueError(f"prompt score missing or failed ({ctx.error if ctx else 'no output'})")
+    n = len(ctx.token_logprobs)
+    values = []
+    for k in range(len(record.choices)):
+        full = outputs.get(_key(record.id, str(k)))
+        if full is None or full.error:
+            raise ValueError(f"option {k} score missing or failed ({full.error if full else 'no output'})")
+        continuation = full.token_logprobs[n:]
+        if not continuation:
+            raise ValueError(f"option {k} added no tokens to the prompt (empty option?)")
+        values.append(math.exp(-sum(continuation) / len(continuation)))
+    return values
+
+
+def _known(value: Any) -> bool:
+    """A real True/False (pandas gives NaN where a row has no value)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def fisher(correct_a: int, n_a: int, correct_b: int, n_b: int) -> tuple[float, float]:
+    """(one-sided p for accuracy of a > b, two-sided p) of Fisher's exact test."""
+    from scipy.stats import fisher_exact
+
+    table = [[correct_a, n_a - correct_a], [correct_b, n_b - correct_b]]
+    return float(fisher_exact(table, alternative="greater")[1]), float(fisher_exact(table)[1])
+
+
+@register
+class CleanDirtyEval(Method):
+    """Registered as ``clean_dirty_eval`` (family ``closed``; needs ``contamination_from``)."""
+
+    name = NAME
+    family = "closed"
+    Config = CleanDirtyConfig
+    engine_roles = ("target",)
+
+    def requests(
+        self, records: list[Record], cfg: CleanDirtyConfig, stage: int, outputs: dict[str, Output]
+    ) -> list[Request]:
+        """Stage 0: score the prompt and prompt + each option (multiple-choice records only)."""
+        if stage > 0:
+            return []
+        out = []
+        for record in records:
+            if len(record.choices) < 2:
+                continue
+            text = prompt(record, cfg)
+            out.append(Request(_key(record.id, "prompt"), (record.id,), "score", text))
+            for k, choice in enumerate(record.choices):
+                out.append(Request(_key(record.id, str(k)), (record.id,), "score", f"{text} {choice}"))
+        return out
+
+    def score(self, records: list[Record], outputs: Any, cfg: CleanDirtyConfig, **extra: Any) -> list[dict]:
+        """One row per example: option perplexities, prediction, gold, correct (or the error)."""
+        by_key = _outputs(outputs or {})
+        rows = []
+        for record in records:
+            row: dict[str, Any] = {"record_id": record.id, "partition": record.partition, "error": ""}
+            gold = gold_index(record)
+            if len(record.choices) < 2:
+                row["error"] = (
+                    f"example {record.id!r} of {record.partition!r} has no options; "
+                    "clean-vs-dirty evaluation "
+                    "scores multiple-choice benchmarks (arc_challenge, hellaswag, mmlu, truthfulqa_mc, ...)"
+                )
+            elif gold is None:
+                row["error"] = f"example {record.id!r}: the label {record.label!r} is not one of its options"
+            else:
+                try:
+                    ppl = choice_perplexities(record, by_key)
+                except ValueError as err:
+                    row["error"] = f"example {record.id!r}: {err}"
+                else:
+                    pred = min(range(len(ppl)), key=lambda k: (ppl[k], k))
+                    row.update(perplexities=ppl, prediction=pred, gold=gold, correct=pred == gold)
+            rows.append(row)
+        return rows
+
+    def reduce(self, table: Any, cfg: CleanDirtyConfig) -> Verdict:
+        """Accuracy on clean / input-only / input-and-label / all-dirty subsets and Fisher tests."""
+        frame = table if hasattr(table, "columns") else None
+        rows = frame.to_dict("records") if frame is not None else [dict(r) for r in table]
+        if not rows:
+            raise ValueError(f"{NAME}.reduce: the table is empty; score at least one example")
+        if not any("contamination_type" in r for r in rows):
+            raise ValueError(
+                f"{NAME}.reduce: the table has no contamination_type column: the runner must merge the "
+                f"per-example results of methods.{cfg.contamination_from} (contamination_from) on record_id"
+            )
+        own = [r for r in rows if not _known(r.get("is_reference")) or not bool(r.get("is_reference"))]
+        partitions = sorted({str(r.get("partition")) for r in own})
+        ok = [r for r in own if not r.get("error") and _known(r.get("correct"))]
+        unsplit = [r for r in ok if r.get("contamination_type") not in SUBSETS]
+        ok = [r for r in ok if r.get("contamination_type") in SUBSETS]
+        groups = {s: [bool(r["correct"]) for r in ok if r["contamination_type"] == s] for s in SUBSETS}
+        groups["dirty"] = groups["input_only"] + groups["input_and_label"]
+        acc = {s: (sum(v) / len(v) if v else float("nan")) for s, v in groups.items()}
+        clean = groups["clean"]
+        details: dict[str, Any] = {
+            "contamination_from": cfg.contamination_from,
+            "alpha": cfg.alpha,
+            "n_unsplit": len(unsplit),
+            **{f"n_{s}": len(v) for s, v in groups.items()},
+            **{f"accuracy_{s}": a for s, a in acc.items()},
+            "accuracy_all": sum(bool(r["correct"]) for r in ok) / len(ok) if ok else float("nan"),
+        }
+        p_value = None
+        for s in ("dirty", "input_only", "input_and_label"):
+            if groups[s] and clean:
+                one, two = fisher(sum(groups[s]), len(groups[s]), sum(clean), len(clean))
+                details[f"p_{s}_vs_clean"] = one
+                details[f"p_two_sided_{s}_vs_clean"] = two
+                details[f"difference_{s}_vs_clean"] = acc[s] - acc["clean"]
+                if s == "dirty":
+                    p_value = one
+        statistic = acc["dirty"] - acc["clean"] if groups["dirty"] and clean else float("nan")
+        n_dirty = len(groups["dirty"])
+        return Verdict(
+            method=NAME,
+            partition=partitions[0] if partitions else "",
+            statistic=statistic,
+            contaminated=p_value is not None and p_value < cfg.alpha,
+            p_value=p_value,
+            rate=n_dirty / len(ok) if ok else None,
+            n_examples=len(own),
+            n_failed=sum(bool(r.get("error")) for r in own),
+            details=details,
+        )

@@ -1,0 +1,260 @@
+"""What the open-data methods share: record text, match rows, evidence spans and the partition verdict.
+
+Every open-data method reports, per example, ``contaminated``, ``contamination_type`` (one of
+``CONTAMINATION_TYPES``: the input alone was found, or the input together with its label, as in Li et
+al. 2023's "input-only" / "input-and-label" contamination), ``doc_ids`` and ``spans`` (where in which
+corpus document the evidence is: ``{"doc_id", "start", "end", "unit", "text"}``), so a user can open
+the document and look. The partition verdict is the same measurement for all of them (``open_verdict``):
+the fraction of contaminated examples, split by type.
+
+``HashTable`` is the benchmark-side lookup structure of the exact matchers: sorted distinct 64-bit keys
+pointing to any number of entries, picklable NumPy arrays, looked up for a whole batch of corpus
+positions with one ``searchsorted``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from contamray.methods.base import Verdict
+from contamray.records import Record
+
+CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
+TEXT_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Record) if f.type in ("str", str) and f.name not in ("id", "partition")
+)
+
+
+def check_fields(method: str, key: str, fields: Any, allow_empty: bool = True) -> tuple[str, ...]:
+    """``fields`` as a tuple of Record text field names; the error names the config key and choices."""
+    value = (fields,) if isinstance(fields, str) else tuple(fields or ())
+    for name in value:
+        if name not in TEXT_FIELDS:
+            raise ValueError(
+                f"{method}: {key} names {name!r}, which is not a text field of Record; "
+                f"choose from {', '.join(TEXT_FIELDS)}"
+            )
+    if not value and not allow_empty:
+        raise ValueError(f"{method}: {key} is empty; name at least one of {', '.join(TEXT_FIELDS)}")
+    return value
+
+
+def check(method: str, checks: Iterable[tuple[str, bool, str]], cfg: Any) -> None:
+    """Raise for the first failed ``(key, ok, expected)``, naming the key, its value and what is expected."""
+    for key, ok, expected in checks:
+        if not ok:
+            raise ValueError(f"{method}: {key}={getattr(cfg, key)!r} is invalid; expected {expected}")
+
+
+def join_fields(record: Record, fields: Sequence[str]) -> str:
+    return " ".join(str(getattr(record, name) or "") for name in fields).strip()
+
+
+def query_text(record: Record, fields: Sequence[str]) -> str:
+    """The text of ``fields``; ``verbalized`` falls back to input + label when an adapter left it empty."""
+    if tuple(fields) == ("verbalized",) and not record.verbalized:
+        return join_fields(record, ("input", "label"))
+    return join_fields(record, fields)
+
+
+def table_rows(table: Any) -> list[dict[str, Any]]:
+    """Rows of a pandas DataFrame, an Arrow table, a dict of columns or a list of dicts."""
+    if table is None:
+        return []
+    if hasattr(table, "to_pylist"):  # pyarrow.Table
+        return table.to_pylist()
+    if hasattr(table, "to_dict") and hasattr(table, "columns"):  # pandas.DataFrame
+        return table.to_dict("records")
+    if isinstance(table, dict):
+        keys = list(table)
+        n = len(table[keys[0]]) if keys else 0
+        return [{k: table[k][i] for k in keys} for i in range(n)]
+    return [dict(r) for r in table]
+
+
+def match_rows(matches: Any, needed: Sequence[str], method: str) -> list[dict[str, Any]]:
+    """Match rows from any table form, checked for the columns ``score`` needs."""
+    rows = table_rows(matches)
+    for i, row in enumerate(rows):
+        missing = [k for k in needed if k not in row]
+        if missing:
+            raise ValueError(
+                f"{method}.score: match row {i} (record {row.get('record_id')!r}) lacks "
+                f"{', '.join(missing)}; pass the rows returned by {method}.match"
+            )
+    return rows
+
+
+def by_record(rows: Iterable[dict[str, Any]], wanted: set[str]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        rid = str(row["record_id"])
+        if rid in wanted:
+            out.setdefault(rid, []).append(row)
+    return out
+
+
+def contamination_type(contaminated: bool, label_found: bool) -> str:
+    if not contaminated:
+        return "clean"
+    return "input_and_label" if label_found else "input_only"
+
+
+def merge_spans(spans: Iterable[tuple[str, int, int]], unit: str, limit: int) -> list[dict[str, Any]]:
+    """Overlapping or touching ``(doc_id, start, end)`` intervals merged per document, sorted."""
+    per_doc: dict[str, list[tuple[int, int]]] = {}
+    for doc_id, start, end in spans:
+        per_doc.setdefault(str(doc_id), []).append((int(start), int(end)))
+    merged: list[dict[str, Any]] = []
+    for doc_id in sorted(per_doc):
+        current: list[int] | None = None
+        for start, end in sorted(per_doc[doc_id]):
+            if current is not None and start <= current[1]:
+                current[1] = max(current[1], end)
+                continue
+            if current is not None:
+                merged.append({"doc_id": doc_id, "start": current[0], "end": current[1], "unit": unit})
+            current = [start, end]
+        if current is not None:
+            merged.append({"doc_id": doc_id, "start": current[0], "end": current[1], "unit": unit})
+    return merged[:limit]
+
+
+def single_partition(rows: list[dict[str, Any]], method: str) -> str:
+    if not rows:
+        raise ValueError(f"{method}.reduce: the table is empty; score at least one example")
+    partitions = sorted({str(r.get("partition")) for r in rows})
+    if len(partitions) != 1:
+        raise ValueError(
+            f"{method}.reduce: one partition at a time, got {len(partitions)}: {', '.join(partitions[:5])}"
+        )
+    return partitions[0]
+
+
+def fraction(part: int, whole: int) -> float:
+    return part / whole if whole else float("nan")
+
+
+def open_verdict(
+    method: str, table: Any, partition_threshold: float, details: dict[str, Any] | None = None
+) -> Verdict:
+    """The partition verdict of an open-data method: the fraction of contaminated examples.
+
+    ``rate`` (= ``statistic``) is the fraction of contaminated examples among those that did not
+    fail; ``contaminated`` is ``rate > partition_threshold`` (default 0: any contaminated example).
+    ``details`` splits it into input-only and input-and-label. ``p_value`` is None: a measurement.
+    """
+    rows = table_rows(table)
+    partition = single_partition(rows, method)
+    ok = [r for r in rows if not r.get("error")]
+    n_dirty = sum(bool(r.get("contaminated")) for r in ok)
+    n_input_only = sum(r.get("contamination_type") == "input_only" for r in ok)
+    n_both = sum(r.get("contamination_type") == "input_and_label" for r in ok)
+    rate = fraction(n_dirty, len(ok))
+    return Verdict(
+        method=method,
+        partition=partition,
+        statistic=rate,
+        contaminated=bool(ok) and rate > partition_threshold,
+        p_value=None,
+        rate=rate,
+        n_examples=len(rows),
+        n_failed=len(rows) - len(ok),
+        details={
+            "rate_unit": "fraction",
+            "partition_threshold": partition_threshold,
+            "n_contaminated": n_dirty,
+            "n_input_only": n_input_only,
+            "n_input_and_label": n_both,
+            "input_only_rate": fraction(n_input_only, len(ok)),
+            "input_and_label_rate": fraction(n_both, len(ok)),
+            **(details or {}),
+        },
+    )
+
+
+@dataclass
+class HashTable:
+    """Sorted distinct uint64 ``keys``; the entries of ``keys[i]`` are ``entries[starts[i]:starts[i+1]]``.
+
+    ``entries`` index whatever the caller keeps beside the table (a record, a sample, a position).
+    Keys must be well-mixed hashes (the lookup prefilters on their top bits).
+    """
+
+    keys: np.ndarray
+    starts: np.ndarray
+    entries: np.ndarray
+    _filter: tuple[int, np.ndarray] | None = None  # top-bits prefilter, rebuilt per process
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"keys": self.keys, "starts": self.starts, "entries": self.entries, "_filter": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @classmethod
+    def build(cls, hashes: np.ndarray, entries: np.ndarray) -> HashTable:
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        entries = np.asarray(entries, dtype=np.int64)
+        order = np.lexsort((entries, hashes))
+        hashes, entries = hashes[order], entries[order]
+        first = np.ones(hashes.shape[0], dtype=bool)
+        first[1:] = hashes[1:] != hashes[:-1]
+        starts = np.append(np.flatnonzero(first), hashes.shape[0]).astype(np.int64)
+        return cls(hashes[first], starts, entries)
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For every hit: (position in ``hashes``, entry); a key with k entries gives k pairs."""
+        if self.keys.shape[0] == 0 or hashes.shape[0] == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        if self._filter is None:
+            # keys are well-mixed 64-bit hashes: a table over their top bits rejects most misses with
+            # one gather, before the binary search (about 16 slots per key)
+            nbits = int(min(26, max(10, int(np.ceil(np.log2(max(1, self.keys.shape[0]) * 16))))))
+            bits = np.zeros(1 << nbits, dtype=bool)
+            bits[self.keys >> np.uint64(64 - nbits)] = True
+            self._filter = (64 - nbits, bits)
+        shift, bits = self._filter
+        candidates = np.flatnonzero(bits[hashes >> np.uint64(shift)])
+        values = hashes[candidates]
+        pos = np.searchsorted(self.keys, values)
+        pos[pos == self.keys.shape[0]] = 0
+        found = np.flatnonzero(self.keys[pos] == values)
+        hit, key = candidates[found], pos[found]
+        counts = self.starts[key + 1] - self.starts[key]
+        owner = np.repeat(np.arange(hit.shape[0]), counts)
+        within = np.arange(owner.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+        return hit[owner], self.entries[self.starts[key][owner] + within]
+
+
+def region_of(start: int, end: int, boundary: int) -> str:
+    """Where ``[start, end)`` of input + label (split at ``boundary``) lies: input, label or overlap."""
+    if end <= boundary:
+        return "input"
+    if start >= boundary:
+        return "label"
+    return "overlap"
+
+
+def contains(haystack: np.ndarray, needle: np.ndarray, start: int = 0, stop: int | None = None) -> int:
+    """First position ``p`` in ``[start, stop]`` with ``haystack[p:p+len(needle)] == needle``, else -1."""
+    n = needle.shape[0]
+    last = haystack.shape[0] - n
+    if stop is not None:
+        last = min(last, stop)
+    if n == 0 or last < start:
+        return -1
+    candidates = np.flatnonzero(haystack[start : last + 1] == needle[0]) + start
+    for p in candidates:
+        if np.array_equal(haystack[p : p + n], needle):
+            return int(p)
+    return -1

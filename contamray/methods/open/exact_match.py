@@ -1,0 +1,250 @@
+"""Normalised exact match of whole benchmark inputs in corpus documents (Dodge et al. 2021).
+
+Paper: Dodge et al. 2021, "Documenting Large Webtext Corpora: A Case Study on the Colossal Clean
+Crawled Corpus" (EMNLP), Sec. 4.2 "Benchmark data contamination": a benchmark example is found in C4
+when its text occurs *exactly* in a document after normalising capitalisation and punctuation; the
+tables report the share of a test set whose inputs occur, and whose inputs occur with their labels.
+Here: the whole input (every word of ``input_fields``, normalised: lowercased, punctuation removed,
+whitespace collapsed — ``normalization="gpt3"`` of ``contamray.metrics.ngrams``) must appear as one
+contiguous run of words of a document (``input_only``); when the label's words follow in the same
+document within ``label_window`` words of the input's end, the example is ``input_and_label``.
+
+Known deviation of ntunlp/LLMSanitize (``open_data_methods/exact.py``), where we follow the paper: its
+cleaning keeps ``isalpha`` characters only, so numbers vanish ("Janet has 16 ducks" equals "Janet
+has ducks"); it also compares raw strings, so a match may start or end inside a word.
+
+Scale: each input is indexed by its first ``anchor`` words (an 8-word window hash, like the
+n-gram matchers), the corpus is hashed once per batch for that length, and only anchor hits are
+compared word by word with the whole input, so the cost does not grow with the number of distinct
+input lengths. Inputs shorter than ``anchor`` words are anchored on all their words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from contamray.methods.base import Method, Verdict, register
+from contamray.methods.open import common
+from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
+from contamray.metrics import ngrams as ng
+from contamray.records import Record
+
+NAME = "exact_match"
+
+
+@dataclass(frozen=True)
+class ExactMatchConfig:
+    """Parameters of ``exact_match``.
+
+    Worked example: input ``"Which gas do plants absorb?"`` and label ``"Carbon dioxide"`` normalise
+    to ``which gas do plants absorb`` / ``carbon dioxide``. A document ``"... Which gas do plants
+    absorb? (A) oxygen (B) carbon dioxide ..."`` contains the input (found) and the label 3 words
+    after it (within ``label_window``): ``input_and_label``.
+
+    - ``input_fields`` / ``label_fields``: Record fields forming the input and the label.
+    - ``normalization``: ``gpt3`` (punctuation deleted) or ``gpt2`` (punctuation splits words).
+    - ``min_words``: inputs with fewer words are not checked (a 1-word input is found everywhere);
+      they count as clean with ``status="too_short"``.
+    - ``label_window``: how many words after the input the label may start (multiple-choice pages
+      list the options between question and answer).
+    - ``anchor``: words of the input used for the hash lookup before the full comparison.
+    """
+
+    input_fields: tuple[str, ...] = ("input",)
+    label_fields: tuple[str, ...] = ("label",)
+    normalization: str = "gpt3"
+    min_words: int = 3
+    label_window: int = 64
+    anchor: int = 8
+    partition_threshold: float = 0.0
+    max_evidence: int = 5
+
+    def __post_init__(self) -> None:
+        fields = common.check_fields(NAME, "input_fields", self.input_fields, allow_empty=False)
+        object.__setattr__(self, "input_fields", fields)
+        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
+        common.check(
+            NAME,
+            [
+                (
+                    "normalization",
+                    self.normalization in ng.NORMALIZATIONS,
+                    f"one of {', '.join(ng.NORMALIZATIONS)}",
+                ),
+                ("min_words", isinstance(self.min_words, int) and self.min_words >= 1, "an integer >= 1"),
+                (
+                    "label_window",
+                    isinstance(self.label_window, int) and self.label_window >= 0,
+                    "an integer >= 0",
+                ),
+                ("anchor", isinstance(self.anchor, int) and self.anchor >= 1, "an integer >= 1 (8)"),
+                (
+                    "partition_threshold",
+                    0.0 <= float(self.partition_threshold) <= 1.0,
+                    "a fraction in [0, 1]",
+                ),
+                (
+                    "max_evidence",
+                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
+                    "an integer >= 0",
+                ),
+            ],
+            self,
+        )
+
+
+def example_words(record: Record, cfg: ExactMatchConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Word hashes of the normalised input and label."""
+    return (
+        ng.word_hashes(common.join_fields(record, cfg.input_fields), cfg.normalization),
+        ng.word_hashes(common.join_fields(record, cfg.label_fields), cfg.normalization),
+    )
+
+
+class ExactIndex:
+    """Input and label word hashes per record; inputs keyed by the hash of their first words."""
+
+    def __init__(self, cfg: ExactMatchConfig, records: list[Record]) -> None:
+        self.normalization = cfg.normalization
+        self.record_ids = [r.id for r in records]
+        self.partitions = [r.partition for r in records]
+        self.inputs: list[np.ndarray] = []
+        self.labels: list[np.ndarray] = []
+        by_anchor: dict[int, tuple[list[int], list[int]]] = {}
+        for i, record in enumerate(records):
+            inp, lab = example_words(record, cfg)
+            self.inputs.append(inp)
+            self.labels.append(lab)
+            if inp.shape[0] < cfg.min_words:
+                continue
+            a = min(cfg.anchor, inp.shape[0])
+            hashes, entries = by_anchor.setdefault(a, ([], []))
+            hashes.append(int(ng.window_hashes(inp[:a], a)[0]))
+            entries.append(i)
+        self.tables = {
+            a: common.HashTable.build(np.array(h, dtype=np.uint64), np.array(e, dtype=np.int64))
+            for a, (h, e) in sorted(by_anchor.items())
+        }
+
+
+def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
+    """One row per (record, document) where the whole input occurs: first word offset, occurrences,
+    and whether (and where) the label follows."""
+    if index.normalization != cfg.normalization:
+        raise ValueError(
+            f"{NAME}.match: the index was built with normalization={index.normalization!r}, the config "
+            f"says {cfg.normalization!r}; rebuild the index"
+        )
+    if not docs or not index.tables:
+        return []
+    words, hashes = tokenise_docs(docs, cfg.normalization, NAME)
+    found: dict[tuple[int, int], list[int]] = {}
+    for a, table in index.tables.items():
+        windows = windows_of(a, hashes)
+        positions, entries = table.lookup(windows.hashes)
+        keep = windows.valid[positions]
+        positions, entries = positions[keep], entries[keep]
+        if positions.shape[0] == 0:
+            continue
+        doc, offset = windows.locate(positions)
+        for d, o, r in zip(doc.tolist(), offset.tolist(), entries.tolist(), strict=True):
+            inp = index.inputs[r]
+            if not np.array_equal(hashes[d][o : o + inp.shape[0]], inp):
+                continue
+            slot = found.setdefault((r, d), [o, 0, -1])
+            slot[1] += 1
+            if slot[2] < 0 and index.labels[r].shape[0]:
+                end = o + inp.shape[0]
+                slot[2] = common.contains(hashes[d], index.labels[r], end, end + cfg.label_window)
+                if slot[2] >= 0:
+                    slot[0] = o  # report the occurrence the label follows
+    rows = []
+    for (r, d), (offset, occurrences, label_at) in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        n = index.inputs[r].shape[0]
+        rows.append(
+            {
+                "record_id": index.record_ids[r],
+                "partition": index.partitions[r],
+                "doc_id": str(docs[d].get("doc_id", "")),
+                "start": offset,
+                "end": offset + n,
+                "occurrences": occurrences,
+                "label_found": label_at >= 0,
+                "label_start": label_at,
+                "label_end": label_at + index.labels[r].shape[0] if label_at >= 0 else -1,
+                "text": b" ".join(words[d][offset : offset + min(n, 40)]).decode("utf-8", "replace"),
+            }
+        )
+    return rows
+
+
+def score(records: list[Record], matches: Any, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
+    """One row per example: found or not, input-only or with its label, documents and word spans."""
+    rows = common.match_rows(matches, ("record_id", "doc_id", "start", "end", "label_found"), NAME)
+    grouped = common.by_record(rows, {r.id for r in records})
+    out = []
+    for record in records:
+        inp, lab = example_words(record, cfg)
+        hits = grouped.get(record.id, [])
+        checked = inp.shape[0] >= cfg.min_words
+        contaminated = checked and bool(hits)
+        label_found = any(bool(h["label_found"]) for h in hits)
+        docs = sorted({str(h["doc_id"]) for h in hits})
+        spans = [(h["doc_id"], h["start"], h["end"]) for h in hits]
+        spans += [(h["doc_id"], h["label_start"], h["label_end"]) for h in hits if h["label_found"]]
+        error = ""
+        if inp.shape[0] == 0:
+            error = (
+                f"example {record.id!r} of {record.partition!r} has no words in "
+                f"{', '.join(cfg.input_fields)} "
+                "after normalisation; check the benchmark adapter or input_fields"
+            )
+        out.append(
+            {
+                "record_id": record.id,
+                "partition": record.partition,
+                "status": "checked" if checked else "too_short",
+                "n_input_words": int(inp.shape[0]),
+                "n_label_words": int(lab.shape[0]),
+                "contaminated": contaminated,
+                "contamination_type": common.contamination_type(contaminated, label_found),
+                "n_docs": len(docs),
+                "doc_ids": docs[: cfg.max_evidence],
+                "spans": common.merge_spans(spans, "word", cfg.max_evidence),
+                "error": error,
+            }
+        )
+    return out
+
+
+def reduce(table: Any, cfg: ExactMatchConfig) -> Verdict:
+    rows = common.table_rows(table)
+    too_short = sum(r.get("status") == "too_short" and not r.get("error") for r in rows)
+    return common.open_verdict(
+        NAME, rows, cfg.partition_threshold, {"normalization": cfg.normalization, "n_too_short": too_short}
+    )
+
+
+@register
+class ExactMatch(Method):
+    """Registered as ``exact_match`` (family ``open``)."""
+
+    name = NAME
+    family = "open"
+    Config = ExactMatchConfig
+    engine_roles = ()
+
+    def build_index(self, records: list[Record], cfg: ExactMatchConfig) -> ExactIndex:
+        return ExactIndex(cfg, records)
+
+    def match(self, docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) -> list[dict]:
+        return match(docs, index, cfg)
+
+    def score(self, records: list[Record], matches: Any, cfg: ExactMatchConfig, **extra: Any) -> list[dict]:
+        return score(records, matches, cfg)
+
+    def reduce(self, table: Any, cfg: ExactMatchConfig) -> Verdict:
+        return reduce(table, cfg)

