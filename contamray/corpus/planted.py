@@ -88,9 +88,11 @@ def build_planted_corpus(
             text = _planted_text(record, how, rng)
             host = rng.randrange(len(docs))
             doc = docs[host]
-            words = doc["text"].split(" ")
-            cut = rng.randrange(len(words) + 1)
-            doc["text"] = " ".join(words[:cut] + [text] + words[cut:])
+            # its own line between two lines of the host, as a copied paragraph sits in a web page
+            # (spliced mid-sentence it would dilute passage embeddings, not n-grams)
+            lines = doc["text"].split("\n")
+            cut = rng.randrange(len(lines) + 1)
+            doc["text"] = "\n".join(lines[:cut] + [text] + lines[cut:])
             manifest[record.id] = {"partition": record.partition, "how": how, "doc_id": doc["id"]}
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
