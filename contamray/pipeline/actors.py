@@ -27,32 +27,39 @@ def _error_text(err: BaseException) -> str:
 
 
 def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
-    """Answer a batch of requests on one engine, grouping compatible requests into one call."""
-    outputs: dict[str, Output] = {}
-    groups: dict[Any, list[Request]] = defaultdict(list)
-    for req in requests:
+    """Answer a batch of requests on one engine, grouping compatible requests into one call.
+
+    Answers are matched to requests by position, never by key: cells of different methods may send
+    requests with the same key (e.g. ``<id>|text``) in one batch, with different options.
+    """
+    answers: list[Output | None] = [None] * len(requests)
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for i, req in enumerate(requests):
         group = ("generate", req.sampling) if req.kind == "generate" else ("score", req.vocab_stats)
-        groups[group].append(req)
-    for (kind, option), reqs in groups.items():
+        groups[group].append(i)
+    for (kind, option), positions in groups.items():
         try:
-            outputs.update(_call(engine, kind, option, reqs))
+            outs = _call(engine, kind, option, [requests[i] for i in positions])
         except Exception:  # noqa: BLE001 - retried one by one to isolate the bad request
-            for req in reqs:
+            outs = []
+            for i in positions:
                 try:
-                    outputs.update(_call(engine, kind, option, [req]))
+                    outs.extend(_call(engine, kind, option, [requests[i]]))
                 except Exception as err:  # noqa: BLE001 - recorded on the request, run goes on
-                    outputs[req.key] = Output(key=req.key, error=_error_text(err))
-    return [outputs[req.key] for req in requests]
+                    outs.append(Output(key=requests[i].key, error=_error_text(err)))
+        for i, out in zip(positions, outs, strict=True):
+            answers[i] = out
+    return [a for a in answers if a is not None]
 
 
-def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> dict[str, Output]:
+def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Output]:
     texts = [r.text for r in reqs]
     if kind == "generate":
         completions = engine.generate(texts, option)
-        return {r.key: Output(key=r.key, text=t) for r, t in zip(reqs, completions, strict=True)}
+        return [Output(key=r.key, text=t) for r, t in zip(reqs, completions, strict=True)]
     scores = engine.score(texts, with_vocab_stats=bool(option))
-    return {
-        r.key: Output(
+    return [
+        Output(
             key=r.key,
             token_logprobs=list(map(float, s.token_logprobs)),
             num_tokens=s.num_tokens,
@@ -60,7 +67,7 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> dict[str,
             token_std=list(map(float, s.token_std)),
         )
         for r, s in zip(reqs, scores, strict=True)
-    }
+    ]
 
 
 class EngineWorker:
