@@ -5,6 +5,10 @@
 - ``contamray report RUN_DIR... [--out DIR] [--correction holm|bh|none] [--alpha 0.05]``: merge run
   directories into one cross-model report (``report.html``, ``tables.md``, ``cells.csv``, ``plots/``);
   ``--out`` defaults to the run directory when there is one, else ``./contamray-report``;
+- ``contamray inject [--model NAME] [overrides...]``: fine-tune (or find cached) the injected models of a
+  config (``models.<name>.inject``), e.g. ``contamray inject +exp=canary``;
+- ``contamray validate [overrides...] | --runs DIR... | --truth RUN_DIR``: the detector scoreboard over an
+  injection grid, written into README.md; ``--truth`` prints one run's verdicts against the truth;
 - ``contamray methods``: registered detection methods, their family and parameters;
 - ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type.
 """
@@ -88,9 +92,17 @@ def main(argv: list[str] | None = None) -> None:
         from contamray import run
 
         sys.argv = ["contamray.run", *argv]
-        run.main()
+        run.cli_main()
     elif command == "report":
         code = _report(argv)
+        if code:
+            sys.exit(code)
+    elif command in ("inject", "validate"):
+        if command == "inject":
+            from contamray.inject.command import main as command_main
+        else:
+            from contamray.validate.command import main as command_main
+        code = command_main(argv)
         if code:
             sys.exit(code)
     elif command == "methods":

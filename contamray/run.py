@@ -1,5 +1,8 @@
 """``python -m contamray.run [+exp=NAME] [overrides...]``: compose the config, plan, run, report.
 
+With no experiment named, the canary runs (``contamray.experiments``): the embedded model fine-tuned on
+known partitions, every method, and at the end each verdict against the truth (``truth.md``).
+
 Connects to ``RAY_ADDRESS`` (``ray job submit`` sets it) or starts a local Ray, validates the whole
 config before any work (a wrong key stops here with the key and the choices), executes the plan
 (``contamray.pipeline.runner``) and writes ``examples.parquet``, ``partitions.parquet``,
@@ -71,6 +74,10 @@ def run(cfg: DictConfig) -> Path:
         [output_dir], output_dir, str(report_cfg.get("correction", "holm")), float(report_cfg.get("alpha", 0.05))
     )
     print(report.read_text().split("## Resolved config")[0])
+    if any(model.inject for model in plan.models.values()):
+        from contamray.validate.table import write_truth_table
+
+        print(write_truth_table(output_dir).read_text())
     print(f"results: {output_dir}")
     return output_dir
 
@@ -87,5 +94,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def cli_main() -> None:
+    """The command-line entry: the experiment resolved (``contamray.experiments``), then Hydra."""
+    from contamray.experiments import with_experiment
+
+    sys.argv = [sys.argv[0], *with_experiment(sys.argv[1:])]
     main()
+
+
+if __name__ == "__main__":
+    cli_main()

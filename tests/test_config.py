@@ -45,7 +45,12 @@ def test_smoke_experiment():
 def test_llama2_openllm_plans_vllm_gpu_pools_on_six_datasets():
     plan = plan_of("+exp=llama2_openllm")
     assert set(plan.benchmarks) == {"arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "winogrande", "gsm8k"}
-    assert all(b.limit == 100 for b in plan.benchmarks.values())
+    assert all(b.limit == 100 and b.sample == "first" for b in plan.benchmarks.values())
+    assert {c.method for c in plan.cells} == {"guided_prompting", "sharded_likelihood_oren", "sharded_likelihood"}
+    for label, permute in (("sharded_likelihood_oren", "rows"), ("sharded_likelihood", "groups")):
+        p = plan.methods[label].params
+        assert (p["num_shards"], p["permutations_per_shard"], p["context_len"], p["stride"], p["permute"]) == (
+            15, 25, 1024, 512, permute)
     (pool,) = plan.engine_pools()
     assert pool.engine["source"] == "meta-llama/Llama-2-7b-hf"
     assert pool.backend == "vllm" and pool.num_gpus == 1
@@ -113,7 +118,7 @@ def test_cfg_job_prints_the_composed_llama2_config():
         (["model=[no_such_model]"], "no_such_model"),
         (["benchmark=[no_such_benchmark]"], "no_such_benchmark"),
         (["method=[no_such_method]"], "no_such_method"),
-        (["+methods.ngram13.bogus=2"], "bogus"),
+        (["+methods.gpt3_13gram.bogus=2"], "bogus"),  # the canary (the default) runs gpt3_13gram
     ],
 )
 def test_cli_refuses_unknown_names_before_any_work(args, named, tmp_path):
@@ -121,3 +126,38 @@ def test_cli_refuses_unknown_names_before_any_work(args, named, tmp_path):
     assert out.returncode != 0
     assert named in out.stderr
     assert not (tmp_path / "run" / "examples.parquet").exists()
+
+
+def test_no_experiment_named_means_the_canary_and_exp_needs_no_plus():
+    from contamray.experiments import with_experiment
+
+    assert with_experiment([]) == ["+exp=canary"]
+    assert with_experiment(["run.limit=3"]) == ["run.limit=3", "+exp=canary"]
+    assert with_experiment(["exp=smoke", "run.limit=3"]) == ["+exp=smoke", "run.limit=3"]
+    assert with_experiment(["+exp=smoke"]) == ["+exp=smoke"]
+    assert with_experiment(["--help"]) == ["--help"]
+    plan = plan_of(*with_experiment([]))
+    (model,) = plan.models.values()
+    assert model.name == "canary" and {p["benchmark"] for p in model.inject["partitions"]} == {
+        "synthetic_facts", "arc_challenge"}
+    methods = {c.method for c in plan.cells}
+    assert {"sharded_likelihood", "min_k_plus_plus", "guided_prompting", "gpt3_13gram"} <= methods
+
+
+def test_sample_first_takes_a_contiguous_block_and_bad_values_name_the_key(mirror_dir):
+    from contamray.benchmarks import load_records
+
+    plan = plan_of("+exp=smoke", "run.sample=first", "run.limit=7")
+    assert {b.sample for b in plan.benchmarks.values()} == {"first"}
+    first = load_records("arc_challenge", n=7, mirror_dir=mirror_dir, sample=plan.benchmarks["arc_challenge"].sample)
+    whole = load_records("arc_challenge", mirror_dir=mirror_dir)
+    assert [r.id for r in first.records] == [r.id for r in whole.records[:7]]
+    with pytest.raises(ConfigError, match=r"benchmarks.gsm8k.sample.*random, first"):
+        plan_of("+exp=smoke", "benchmarks.gsm8k.sample=last")
+
+
+def test_min_k_plus_plus_on_a_vllm_model_is_refused_naming_the_backend_key():
+    with pytest.raises(ConfigError, match=r"models.smollm2_135m.backend=hf"):
+        plan_of("method=[min_k_plus_plus]", "models.smollm2_135m.backend=vllm",
+                "methods.min_k_plus_plus.reference=gsm8k")
+    plan_of("method=[min_k_plus_plus]", "methods.min_k_plus_plus.reference=gsm8k")

@@ -17,7 +17,7 @@ def test_multirun_jobs_run_concurrently_with_their_own_outputs(tmp_path, mirror_
     env.pop("RAY_ADDRESS", None)
     sweep = tmp_path / "sweep"
     args = [
-        sys.executable, "-m", "contamray.run", "-m", "model=smollm2_135m,smollm2_135m_fp32",
+        sys.executable, "-m", "contamray.run", "-m", "+exp=base", "model=smollm2_135m,smollm2_135m_fp32",
         "benchmark=[arc_challenge]", "method=[guided_prompting]", "corpus=none", "run.limit=3",
         "methods.guided_prompting.max_tokens=6", f"data.mirror_dir={mirror_dir}", f"hydra.sweep.dir={sweep}",
         "ray.num_cpus=2",

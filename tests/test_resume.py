@@ -33,7 +33,8 @@ GRID = [
 def start(out: Path, mirror: Path) -> subprocess.Popen:
     env = dict(os.environ, CONTAMRAY_LOG="INFO")
     env.pop("RAY_ADDRESS", None)
-    args = [sys.executable, "-m", "contamray.run", *GRID, f"data.mirror_dir={mirror}", f"hydra.run.dir={out}"]
+    args = [sys.executable, "-m", "contamray.run", "+exp=base", *GRID, f"data.mirror_dir={mirror}",
+            f"hydra.run.dir={out}"]
     return subprocess.Popen(
         args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

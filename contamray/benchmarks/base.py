@@ -169,6 +169,8 @@ class RowContext:
 Converter = Callable[[RowContext], Record]
 # Whole-split hook: the named columns of the split -> extra meta per row (same length as the split).
 GroupHook = Callable[[Mapping[str, list[Any]], str], list[dict[str, Any]]]
+# Generated-dataset hook: (config, split) -> the split's raw rows, made in-process (no hub, no mirror).
+GenerateHook = Callable[[str, str], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,7 @@ class Adapter:
     group_columns: tuple[str, ...] = ()
     groups: GroupHook | None = None
     note: str = ""
+    generate: GenerateHook | None = None  # set for generated benchmarks (synthetic_facts)
 
     def __post_init__(self) -> None:
         if self.task not in TASK_TYPES:

@@ -3,6 +3,8 @@
 Rows come from ``datasets.load_dataset(hub_id, config, split=...)`` when ``mirror_dir`` is None, or
 from ``<mirror_dir>/<hub_id>/<config>/<split>.jsonl`` (same row schema, e.g. ``shared/benchmarks``)
 through ``datasets.load_dataset("json", data_files=...)``. Either way the adapter sees the same rows.
+A generated benchmark (an adapter with a ``generate`` hook, e.g. ``synthetic_facts``) makes its rows
+in-process instead, from neither the hub nor the mirror.
 
 Sampling keeps the canonical order: ``n`` row indices are drawn with ``random.Random(seed)`` and then
 sorted, because order-sensitive tests (Oren et al.'s shuffled-order likelihood) compare the canonical
@@ -90,8 +92,25 @@ def _read_hub(adapter: Adapter, config: str, split: str) -> tuple[Any, str]:
     return table, source
 
 
-def sample_indices(total: int, n: int | None, seed: int, what: str) -> list[int]:
-    """``n`` of ``range(total)`` drawn with ``random.Random(seed)``, in ascending (canonical) order."""
+def _generated(adapter: Adapter, config: str, split: str) -> tuple[Any, str]:
+    import datasets
+
+    assert adapter.generate is not None
+    return datasets.Dataset.from_list(adapter.generate(config, split)), f"generated:{adapter.name}/{config}/{split}"
+
+
+SAMPLINGS = ("random", "first")
+
+
+def sample_indices(total: int, n: int | None, seed: int, what: str, how: str = "random") -> list[int]:
+    """``n`` of ``range(total)`` in ascending (canonical) order.
+
+    ``how="random"`` draws them with ``random.Random(seed)``; ``how="first"`` takes the first ``n``, a
+    contiguous block - what the sharded likelihood test needs, since a model that memorised the file in
+    order learnt which example follows which, and a random subsample keeps few such neighbours.
+    """
+    if how not in SAMPLINGS:
+        raise ValueError(f"sample={how!r} for {what}: choose one of {', '.join(SAMPLINGS)}")
     if n is None:
         return list(range(total))
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
@@ -100,6 +119,8 @@ def sample_indices(total: int, n: int | None, seed: int, what: str) -> list[int]
         if n > total:
             warnings.warn(f"n={n} is more than the {total} rows of {what}; taking all rows", stacklevel=3)
         return list(range(total))
+    if how == "first":
+        return list(range(n))
     return sorted(random.Random(seed).sample(range(total), n))
 
 
@@ -116,25 +137,29 @@ def load_records(
     seed: int = 0,
     mirror_dir: str | Path | None = None,
     strict: bool = True,
+    sample: str = "random",
 ) -> LoadResult:
     """The Records of benchmark ``name`` (registry name) for one config and split.
 
-    ``split``/``config`` default to the adapter's; ``n`` samples that many rows (seeded, canonical
-    order; None = all); ``mirror_dir`` reads a local mirror instead of the hub; ``strict=False``
-    records bad rows as ``RowFailure`` instead of raising ``BenchmarkRowError``.
+    ``split``/``config`` default to the adapter's; ``n`` samples that many rows (canonical order; None =
+    all; ``sample`` = "random" draws them seeded, "first" takes the first ``n``); ``mirror_dir`` reads a
+    local mirror instead of the hub; ``strict=False`` records bad rows as ``RowFailure`` instead of
+    raising ``BenchmarkRowError``.
     """
     adapter = get_adapter(name)
     split = adapter.resolve_split(split)
     config = adapter.resolve_config(config)
     partition = adapter.partition(config, split)
-    if mirror_dir is None:
+    if adapter.generate is not None:  # a generated benchmark: no hub, no mirror
+        table, source = _generated(adapter, config, split)
+    elif mirror_dir is None:
         table, source = _read_hub(adapter, config, split)
     else:
         table, source = _read_mirror(adapter, config, split, mirror_dir)
     total = len(table)
     if total == 0:
         raise ValueError(f"{source} holds no rows for {partition}; fix: point at a non-empty split")
-    indices = sample_indices(total, n, seed, f"{partition} ({source})")
+    indices = sample_indices(total, n, seed, f"{partition} ({source})", sample)
     extras = adapter.groups(_columns(table, adapter.group_columns), partition) if adapter.groups else None
     rows = table if len(indices) == total else table.select(indices)
 

@@ -57,6 +57,7 @@ class Injections:
                     injection_cache_dir(),
                     self.plan.seed,
                     self.plan.data.get("mirror_dir"),
+                    where=f"models.{model_name}.inject",
                 )
             return self._done[model_name]
 

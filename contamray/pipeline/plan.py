@@ -13,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from contamray.methods.base import Method, get_method, method_names
+
+log = logging.getLogger(__name__)
 
 MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency")
 BACKENDS = ("auto", "hf", "vllm")
@@ -51,6 +55,7 @@ class BenchmarkPlan:
     config: str | None
     split: str | None
     limit: int | None
+    sample: str = "random"  # "random" (seeded) or "first" (a contiguous block), canonical order either way
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,11 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     benchmarks = {
         name: _benchmark_plan(name, spec) for name, spec in (c.get("benchmarks") or {}).items()
     }
-    methods = {label: _method_plan(label, spec) for label, spec in (c.get("methods") or {}).items()}
+    methods = {
+        label: _method_plan(label, spec)
+        for label, spec in (c.get("methods") or {}).items()
+        if not _unselected_tuning(label, spec)
+    }
     if not benchmarks:
         raise ConfigError("benchmarks: no benchmark selected; add one, e.g. benchmark=[gsm8k]")
     if not methods:
@@ -262,6 +271,14 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
             )
         if "judge" in roles and plan.judge is None and not plan.models:
             raise ConfigError(f"{where}: method {m.method_name} needs a judge engine; set judge or add a model")
+        if getattr(m.method, "vocab_stats", False):
+            on_vllm = [name for name, model in plan.models.items() if model.backend == "vllm"]
+            if on_vllm:
+                raise ConfigError(
+                    f"{where}: method {m.method_name} needs the vocabulary mean and standard deviation of log p "
+                    f"at every position, which the vLLM backend does not return; score with transformers: "
+                    + ", ".join(f"models.{n}.backend=hf" for n in on_vllm)
+                )
         cfg = m.config()
         ref = m.method.reference_benchmark(cfg)
         if ref and ref not in plan.benchmarks:
@@ -325,9 +342,10 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
     where = f"benchmarks.{name}"
     if not isinstance(spec, dict) or "adapter" not in spec:
         raise ConfigError(f"{where}: expected a mapping with `adapter` (one of {', '.join(adapter_names())})")
-    unknown = sorted(set(spec) - {"adapter", "config", "split", "limit"})
+    known = ("adapter", "config", "split", "limit", "sample")
+    unknown = sorted(set(spec) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: adapter, config, split, limit")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
     try:
         adapter = get_adapter(spec["adapter"])
     except KeyError as err:
@@ -339,13 +357,40 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
     limit = spec.get("limit")
     if limit is not None and int(limit) < 1:
         raise ConfigError(f"{where}.limit: must be >= 1 or null (all rows), got {limit}")
+    from contamray.benchmarks.loading import SAMPLINGS
+
+    sample = spec.get("sample") or "random"
+    if sample not in SAMPLINGS:
+        raise ConfigError(
+            f"{where}.sample: {sample!r} is not one of {', '.join(SAMPLINGS)} (run.sample sets it for all)"
+        )
     return BenchmarkPlan(
         name=name,
         adapter=spec["adapter"],
         config=spec.get("config"),
         split=split,
         limit=None if limit is None else int(limit),
+        sample=str(sample),
     )
+
+
+def _unselected_tuning(label: str, spec: Any) -> bool:
+    """A parameter block an experiment left for a method the command line deselected.
+
+    ``conf/exp/canary.yaml`` tunes e.g. ``methods.sharded_likelihood.num_shards``; with
+    ``method=[guided_prompting]`` that block stays without its ``method`` key. It is ignored (with a
+    warning) when its label names a method preset of ``conf/method/``; any other mapping without
+    ``method`` is an error (``_method_plan``).
+    """
+    if not isinstance(spec, dict) or "method" in spec:
+        return False
+    from contamray.run import CONF_DIR
+
+    if not (Path(CONF_DIR) / "method" / f"{label}.yaml").is_file():
+        return False
+    log.warning("methods.%s: parameters set (%s) but the method is not selected (method=[...]); ignored",
+                label, ", ".join(sorted(spec)))
+    return True
 
 
 def _method_plan(label: str, spec: Any) -> MethodPlan:

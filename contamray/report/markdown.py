@@ -1,7 +1,9 @@
 """``report.md``: the run's verdicts as a table a person reads first, then the resolved config.
 
 One line per model × partition × method with the decision, p-value, contamination rate and how many
-examples were scored or failed; failed cells say why. The resolved config closes the report so the
+examples were scored or failed; failed cells say why. ``how`` is the verdict's own summary where the
+method gives one (the sharded likelihood test: which permutation variant produced the p-value and the
+order-structure diagnosis of the partition). The resolved config closes the report so the
 run can be reproduced from the report alone.
 """
 
@@ -13,7 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-COLUMNS = ("model", "partition", "method", "contaminated", "p_value", "rate", "statistic", "n_examples", "n_failed")
+from contamray.report.runs import details_summary
+
+COLUMNS = (
+    "model", "partition", "method", "contaminated", "p_value", "rate", "statistic", "n_examples", "n_failed", "how",
+)  # fmt: skip
 
 
 def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "contamray run") -> str:
@@ -30,7 +36,8 @@ def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "cont
             "|" + "---|" * len(COLUMNS),
         ]
         for _, row in partitions.sort_values(["model", "partition", "method"]).iterrows():
-            lines.append("| " + " | ".join(_cell(row.get(c)) for c in COLUMNS) + " |")
+            values = {**row.to_dict(), "how": details_summary(row.get("details")) or None}
+            lines.append("| " + " | ".join(_cell(values.get(c)) for c in COLUMNS) + " |")
         errors = [(r["model"], r["partition"], r["method"], r["error"]) for _, r in partitions.iterrows()
                   if isinstance(r.get("error"), str) and r.get("error")]
         if errors:

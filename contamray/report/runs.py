@@ -173,6 +173,16 @@ def _natural(path: Path) -> tuple[int, int | str]:
     return (0, int(path.name)) if path.name.isdigit() else (1, path.name)
 
 
+def details_summary(value: Any) -> str:
+    """A verdict's one-line ``details["summary"]`` (how the p-value was obtained), or ""."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip().startswith("{") else {}
+        except json.JSONDecodeError:
+            return ""
+    return str(value.get("summary") or "") if isinstance(value, dict) else ""
+
+
 def _details_text(value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from contamray.report.correction import TITLES, adjust, check_correction
+from contamray.report.runs import details_summary
 
 NOT_FLAGGED = "†"
 MISSING = "–"
@@ -135,6 +136,12 @@ def render_markdown(tables: list[MethodTable], annotated: pd.DataFrame, notes: l
             texts = [t.cells[(m, p)].text if (m, p) in t.cells else "" for p in t.partitions]
             lines.append(f"| {m} | " + " | ".join(texts) + " |")
         lines.append("")
+    hows = [(r.model, r.partition, r.method, details_summary(r.details)) for r in annotated.itertuples()
+            if "details" in annotated.columns and details_summary(r.details)]
+    if hows:
+        lines += ["## How each p-value was obtained", ""]
+        lines += [f"- {m} / {p} / {meth}: {how}" for m, p, meth, how in hows]
+        lines.append("")
     errors = annotated[annotated["error"] != ""]
     if len(errors):
         lines += ["## Failed cells", ""]
@@ -173,6 +180,9 @@ def _cell(row: Any) -> Cell:
     stat = _number(row.get("statistic"))
     parts.append(f"statistic = {stat:.4g}" if stat is not None else "statistic = –")
     parts.append(f"method decision: {'contaminated' if bool(row['contaminated']) else 'clean'}")
+    how = details_summary(row.get("details"))
+    if how:
+        parts.append(f"how: {how}")
     n_examples, n_failed = (int(_number(row.get(k)) or 0) for k in ("n_examples", "n_failed"))
     parts.append(f"{n_examples} examples, {n_failed} failed")
     parts.append(f"run: {row['run']}")

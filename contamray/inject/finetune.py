@@ -1,0 +1,179 @@
+"""Plant a benchmark in a model: a small, real causal-LM fine-tune (full weights, float32, AdamW).
+
+Why it exists: closed-data detectors can only be *tested* on a model whose training data is known.
+Hub models cannot be fetched here, so tests (and ``contamray inject``) build a contaminated model by
+continuing to train a base model on chosen texts, e.g. one benchmark partition serialised in its
+canonical order (what Oren et al. 2023's sharded likelihood test must then detect). The fine-tuned
+checkpoint is an ordinary ``save_pretrained`` directory that both engines load.
+
+How the texts become training sequences: each text is tokenised with the tokenizer's special tokens,
+an EOS token is appended when the tokenizer has one (a document end, as in pre-training corpora), and
+the ids are cut into consecutive blocks of at most ``max_length`` tokens (no overlap; a text shorter
+than ``max_length`` is one block). Blocks are batched with right padding (padding is masked out of
+the attention and of the loss), shuffled each epoch by a generator seeded with ``seed``. The loss is
+the model's own next-token cross-entropy over all real tokens.
+
+Determinism: the weights, the batch order and the optimiser depend only on the inputs and ``seed``
+(``torch.manual_seed``; deterministic algorithms requested for the duration of the call, dropout off
+via ``model.train()`` on a config with zero dropout - the caller's model config decides). On the same
+machine and torch build two calls give identical weights.
+
+Example::
+
+    from contamray.engines import resolve_model_path
+    from contamray.inject import finetune_causal_lm
+    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), ["text one", "text two"], "/tmp/ft",
+                              epochs=3, lr=1e-4, batch_size=2, seed=0, max_length=256)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "contamray_finetune.json"
+
+
+def _blocks(tokenizer: object, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token blocks of at most ``max_length`` ids, in text order (see the module docstring)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]  # type: ignore[operator]
+    blocks: list[list[int]] = []
+    for ids in encoded:
+        ids = list(ids)
+        if isinstance(eos, int):
+            ids.append(eos)
+        for start in range(0, len(ids), max_length):
+            block = ids[start : start + max_length]
+            if len(block) >= 2:  # a single id has no next-token target
+                blocks.append(block)
+    return blocks
+
+
+def _batch(blocks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(b) for b in blocks)
+    ids = torch.full((len(blocks), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(blocks), width), dtype=torch.long)
+    for i, b in enumerate(blocks):
+        ids[i, : len(b)] = torch.tensor(b, dtype=torch.long)
+        mask[i, : len(b)] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return ids, mask, labels
+
+
+def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW, fused where torch supports it (measured here: ~1 s per step for 135M float32 parameters
+    against 3-10 s for the default multi-tensor loop on 2 busy cores; same update rule)."""
+    try:
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+def finetune_causal_lm(
+    base_model_path: str,
+    texts: Sequence[str],
+    out_dir: str | Path,
+    epochs: int = 3,
+    lr: float = 1e-4,
+    batch_size: int = 4,
+    seed: int = 0,
+    max_length: int = 512,
+    weight_decay: float = 0.0,
+) -> str:
+    """Fine-tune all weights of ``base_model_path`` on ``texts``; save model + tokenizer to ``out_dir``.
+
+    Returns ``out_dir`` as a string. ``epochs`` full passes over the blocks, AdamW with constant
+    learning rate ``lr`` (no warm-up: a few epochs on a few hundred blocks do not need one), float32
+    on CPU (or the default CUDA device when there is one). Writes ``contamray_finetune.json`` beside
+    the weights: the base model, a hash of the texts and every parameter, so a checkpoint says what
+    was planted in it. Raises ValueError naming the argument on bad input.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(texts, str):
+        raise TypeError("finetune_causal_lm: texts must be a sequence of strings, not one string")
+    texts = list(texts)
+    if not texts or not any(t.strip() for t in texts):
+        raise ValueError("finetune_causal_lm: texts is empty; give at least one non-empty text to train on")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise TypeError(f"finetune_causal_lm: texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, expected str")
+    for name, value, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1), ("max_length", max_length, 2)):
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"finetune_causal_lm: {name} must be an integer >= {low}, got {value!r}")
+    if not lr > 0:
+        raise ValueError(f"finetune_causal_lm: lr must be > 0, got {lr!r}")
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    deterministic_before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        torch.manual_seed(seed)
+        tokenizer = AutoTokenizer.from_pretrained(base_model_path)
+        model = AutoModelForCausalLM.from_pretrained(base_model_path, dtype=torch.float32)
+        model.to(device)
+        pad_id = tokenizer.pad_token_id if isinstance(tokenizer.pad_token_id, int) else 0
+        blocks = _blocks(tokenizer, texts, max_length)
+        if not blocks:
+            raise ValueError("finetune_causal_lm: the texts tokenise to fewer than 2 tokens each; nothing to learn")
+        optimiser = _adamw(model, lr, weight_decay)
+        order_rng = torch.Generator().manual_seed(seed)
+        model.train()
+        start = time.perf_counter()
+        losses: list[float] = []
+        for epoch in range(epochs):
+            order = torch.randperm(len(blocks), generator=order_rng).tolist()
+            epoch_loss, n_batches = 0.0, 0
+            for b in range(0, len(order), batch_size):
+                ids, mask, labels = _batch([blocks[i] for i in order[b : b + batch_size]], pad_id)
+                out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+                loss = float(out.loss.detach())
+                if not math.isfinite(loss):
+                    raise FloatingPointError(
+                        f"finetune_causal_lm: loss became {loss} at epoch {epoch}; lower lr ({lr})"
+                    )
+                out.loss.backward()
+                optimiser.step()
+                optimiser.zero_grad(set_to_none=True)
+                epoch_loss += loss
+                n_batches += 1
+            losses.append(epoch_loss / max(1, n_batches))
+            log.info("finetune epoch %d/%d: mean loss %.4f", epoch + 1, epochs, losses[-1])
+        model.eval()
+        out_path = Path(out_dir)
+        out_path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(out_path))
+        tokenizer.save_pretrained(str(out_path))
+        digest = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()
+        (out_path / MANIFEST).write_text(
+            json.dumps(
+                {
+                    "base_model": str(base_model_path),
+                    "texts_sha256": digest,
+                    "n_texts": len(texts),
+                    "n_blocks": len(blocks),
+                    "epochs": epochs,
+                    "lr": lr,
+                    "batch_size": batch_size,
+                    "seed": seed,
+                    "max_length": max_length,
+                    "weight_decay": weight_decay,
+                    "epoch_losses": losses,
+                    "seconds": round(time.perf_counter() - start, 2),
+                },
+                indent=2,
+            )
+        )
+    finally:
+        torch.use_deterministic_algorithms(deterministic_before)
+    return str(out_path)

@@ -1,0 +1,149 @@
+"""The training stream of an injected model, and the manifest of exactly what it holds.
+
+The stream is a list of *units*, in a seeded random order:
+
+- one unit per background document;
+- per injected partition, ``duplication`` units, each a copy of the partition's injected rows written
+  as one file: every row serialised (``spec.format``: a JSON line of the chosen fields, or the fields
+  one per line), rows joined in canonical order (``order: canonical``: the same order in every copy,
+  as a benchmark file copied ``duplication`` times) or in a fresh seeded permutation per copy
+  (``order: shuffled``). ``form: paraphrased`` rewords each row once (``contamray.inject.paraphrase``);
+  all copies carry the same paraphrase.
+
+The serialisation is the one the likelihood methods score (``json``: ``json.dumps`` of the fields in
+order, ``ensure_ascii=False``, examples ending in a newline; ``text``: the fields one per line,
+examples separated by a blank line), so a row leaked as a JSON line is probed in the same form.
+
+The stream is trained as one packed text (units joined by a blank line) cut into fixed-length token
+blocks - the way pre-training corpora are packed - so no compute is spent on padding, and a block may
+hold the end of one unit and the start of the next. Which rows were injected is chosen per partition
+by a seeded sample of ``fraction`` of the loaded rows; the others are the partition's non-members.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from contamray.inject.background import BackgroundDoc
+from contamray.inject.paraphrase import changed_fraction, paraphrase
+from contamray.inject.spec import CONTENT_FIELDS, InjectSpec, PartitionSpec
+from contamray.records import Record
+
+UNIT_SEPARATOR = "\n\n"
+EXAMPLE_END = {"json": "\n", "text": "\n\n"}
+
+
+@dataclass
+class Unit:
+    """One document of the stream: a background document or one copy of an injected partition."""
+
+    id: str
+    kind: str  # "background" | "injected"
+    text: str
+    benchmark: str = ""
+    partition: str = ""
+    copy: int = 0
+    record_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Stream:
+    units: list[Unit]
+    rows: dict[str, dict[str, Any]]  # record id -> what happened to it (members and non-members)
+    partitions: dict[str, dict[str, Any]]  # benchmark key -> the partition's injection summary
+
+    @property
+    def text(self) -> str:
+        return UNIT_SEPARATOR.join(u.text for u in self.units)
+
+
+def serialise(record: Record, fields: tuple[str, ...], fmt: str) -> str:
+    """A row as the likelihood methods write it (see the module docstring)."""
+    values = {name: str(getattr(record, name)) for name in fields}
+    if fmt == "json":
+        return json.dumps(values, ensure_ascii=False)
+    return "\n".join(v for v in values.values() if v.strip())
+
+
+def injected_text(record: Record, spec: PartitionSpec) -> str:
+    """The text of one injected row: its content fields, paraphrased when asked, serialised."""
+    fields = CONTENT_FIELDS[spec.content]
+    if spec.form == "paraphrased":
+        changed = {name: paraphrase(str(getattr(record, name)), f"{record.id}|{name}") for name in fields}
+        values = {name: changed[name] for name in fields}
+        if spec.format == "json":
+            return json.dumps(values, ensure_ascii=False)
+        return "\n".join(v for v in values.values() if v.strip())
+    return serialise(record, fields, spec.format)
+
+
+def _members(records: list[Record], spec: PartitionSpec, seed: int) -> list[Record]:
+    rows = sorted(records, key=lambda r: r.order)
+    if spec.fraction >= 1.0:
+        return rows
+    k = max(1, round(len(rows) * spec.fraction))
+    chosen = set(random.Random(f"inject-members|{seed}|{spec.benchmark}").sample(range(len(rows)), k))
+    return [r for i, r in enumerate(rows) if i in chosen]
+
+
+def build_stream(
+    spec: InjectSpec,
+    records: dict[str, list[Record]],
+    background: list[BackgroundDoc],
+    seed: int,
+    where: str = "inject",
+) -> Stream:
+    """The ordered units, the per-row truth and the per-partition summary (see the module docstring)."""
+    rng = random.Random(f"inject-stream|{seed}")
+    units = [Unit(id=f"background:{d.id}", kind="background", text=d.text) for d in background]
+    rows: dict[str, dict[str, Any]] = {}
+    partitions: dict[str, dict[str, Any]] = {}
+    for i, p in enumerate(spec.partitions):
+        loaded = records.get(p.benchmark)
+        if not loaded:
+            raise ValueError(
+                f"{where}.partitions[{i}].benchmark: benchmark {p.benchmark!r} has no loaded rows to inject "
+                f"(given: {', '.join(sorted(k for k, v in records.items() if v)) or 'none'}); check its limit and data"
+            )
+        names = sorted({r.partition for r in loaded})
+        members = _members(loaded, p, seed)
+        texts = {r.id: injected_text(r, p) for r in members}
+        end = EXAMPLE_END[p.format]
+        for copy in range(p.duplication):
+            ordered = list(members)
+            if p.order == "shuffled":
+                random.Random(f"inject-order|{seed}|{p.benchmark}|{copy}").shuffle(ordered)
+            units.append(
+                Unit(
+                    id=f"injected:{p.benchmark}:copy{copy}",
+                    kind="injected",
+                    text="".join(texts[r.id] + end for r in ordered).rstrip("\n"),
+                    benchmark=p.benchmark,
+                    partition=names[0],
+                    copy=copy,
+                    record_ids=[r.id for r in ordered],
+                )
+            )
+        member_ids = {r.id for r in members}
+        for r in sorted(loaded, key=lambda r: r.order):
+            row: dict[str, Any] = {"benchmark": p.benchmark, "partition": r.partition, "member": r.id in member_ids}
+            if r.id in member_ids:
+                row.update(form=p.form, content=p.content, order=p.order, format=p.format, copies=p.duplication,
+                           times_seen=p.duplication * spec.epochs, text=texts[r.id])
+                if p.form == "paraphrased":
+                    original = " ".join(str(getattr(r, f)) for f in CONTENT_FIELDS[p.content])
+                    row["ngram8_broken"] = round(changed_fraction(original, texts[r.id]), 4)
+            rows[r.id] = row
+        partitions[p.benchmark] = {
+            "partitions": names,
+            **{k: getattr(p, k) for k in ("duplication", "form", "content", "order", "format", "fraction")},
+            "kind": p.kind,
+            "n_rows": len(loaded),
+            "n_injected": len(members),
+            "times_seen": p.duplication * spec.epochs,
+        }
+    rng.shuffle(units)
+    return Stream(units=units, rows=rows, partitions=partitions)

@@ -1,0 +1,532 @@
+"""Per-example membership scores from token log-probabilities, and their partition-level test.
+
+One module for six closely related reference-free (and one reference-model) detectors, because they
+differ only in the number they compute from the same per-token scores. Every score is oriented so
+that **higher means more likely seen in training** (the ``score`` column):
+
+- ``min_k`` - Min-K% Prob, Shi et al., "Detecting Pretraining Data from Large Language Models"
+  (ICLR 2024, arXiv:2310.16789; code github.com/swj0419/detect-pretrain-code): the mean of the k %
+  lowest token log-probabilities. The paper sweeps k in {5, 10, 20, 30, 40, 50, 60} % and recommends
+  k = 20 %; every k of ``ks`` is reported, ``k`` decides.
+- ``min_k_plus_plus`` - Min-K%++, Zhang et al., "Min-K%++: Improved Baseline for Detecting Pre-Training
+  Data from Large Language Models" (ICLR 2025, arXiv:2404.02936; code github.com/zjysteven/mink-plus-plus):
+  per token ``(log p(x_t) - mu_t) / sigma_t`` with ``mu_t``, ``sigma_t`` the mean and standard deviation
+  of ``log p(z)`` under ``z ~ p(. | x_<t)`` over the whole vocabulary, then the mean of the k % lowest.
+  The authors' code sweeps k in {10, ..., 100} %; ``k`` defaults to 20 % (MIMIR's default, the one the
+  Min-K% paper recommends). Needs ``vocab_stats`` from the engine: backend ``hf``.
+- ``perplexity`` - the loss attack (Yeom et al. 2018; the "PPL" baseline of Carlini et al. 2021 and
+  Shi et al.): mean token log-probability, i.e. minus log-perplexity.
+- ``zlib_ratio`` - Carlini et al., "Extracting Training Data from Large Language Models" (USENIX
+  Security 2021): log-perplexity over zlib entropy; here mean log-probability / zlib-compressed bytes,
+  as the Min-K%++ code (Shi et al.'s ``log(ppl) / zlib`` with the sign flipped).
+- ``lowercase_ratio`` - Carlini et al. 2021: log-perplexity of the lowercased text over that of the
+  text: ``mean_logprob(lower) / mean_logprob(text)``.
+- ``reference_ratio`` - Carlini et al. 2021's reference-model ("Small"/"Ref") attack: log-perplexity
+  of the target minus that of a reference model (the log of the perplexity ratio), sign flipped:
+  ``mean_logprob_target - mean_logprob_reference``. The reference model is the engine role
+  ``"reference"`` (a second model; requests carry ``engine="reference"``).
+
+The text of an example is its configured ``fields`` (``likelihood_text``). A text longer than
+``context_len`` tokens is scored in sliding windows like the sharded test (``likelihood_windows``), so
+no token is silently cut off by the engine.
+
+Partition-level decision (``reduce``): the scores of the partition are compared with those of a
+*reference partition known to be unseen* (``reference``: a benchmark key; e.g. a split published
+after the model's cutoff, or paraphrased rows; the runner appends its rows with ``is_reference``) by a
+one-sided Mann-Whitney U test (H1: the partition scores higher); contaminated when p <= ``alpha``.
+``statistic`` is the AUC of partition vs reference (U / n1 n2; 0.5 = no difference). When records
+carry membership labels (``member`` column) the instance-level ROC AUC and TPR at 5 % FPR are
+reported too (reference rows count as non-members unless labelled). Without reference rows there is
+nothing to test against: ``p_value`` is None and ``details`` holds the score distribution and a note
+saying what to configure.
+
+Where this departs from the authors' code, and why:
+
+- ``int(k * n)`` tokens is 0 for short texts in both reference implementations (the mean of nothing,
+  NaN); here at least one token is kept;
+- a vocabulary standard deviation of 0 (the model puts all mass on one token) would divide by zero in
+  the Min-K%++ code; here sigma is floored at ``1e-6``;
+- LLMSanitize (``model_methods/min_prob.py``) computes the reference "calibration" as
+  ``mean_logprob_target - mean_logprob_ref`` but then ranks it as if *lower* meant member (as Shi et
+  al.'s loss difference), so its reference attack is inverted; its zlib ratio divides a perplexity's log
+  by zlib length correctly. Here every score is ranked one way (higher = member).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
+from contamray.methods.closed.likelihood_windows import (
+    Scored,
+    Window,
+    assemble,
+    byte_estimate,
+    plan_windows,
+    probe_count,
+    probe_request,
+    surely_fits,
+    window_requests,
+)
+from contamray.records import Record
+from contamray.stats.tests import describe, mann_whitney_greater, roc_auc, tpr_at_fpr
+
+SIGMA_FLOOR = 1e-6
+MIN_K_KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+MIN_K_PP_KS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass
+class MembershipConfig:
+    """What every membership score shares: the text, the windows and the partition-level test."""
+
+    fields: tuple[str, ...] = ("input", "label")
+    format: str = "text"
+    context_len: int = 2048
+    stride: int = 1024
+    reference: str = ""  # benchmark key of a partition known to be unseen (Mann-Whitney U against it)
+    alpha: float = 0.05
+    method_name: ClassVar[str] = "membership"
+
+    def __post_init__(self) -> None:
+        where = f"methods.{self.method_name}"
+        self.fields = check_fields(self.fields, self.format, where)
+        if self.context_len < 2 or not 0 < self.stride < self.context_len:
+            raise ValueError(
+                f"{where}: need context_len >= 2 and 0 < stride < context_len, got {self.context_len} / {self.stride}"
+            )
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"{where}.alpha must be in (0, 1), got {self.alpha}")
+        self.reference = str(self.reference or "")
+
+
+def _check_ks(k: float, ks: Sequence[float], where: str) -> tuple[float, ...]:
+    ks = tuple(float(x) for x in ks)
+    bad = [x for x in (*ks, k) if not 0.0 < x <= 1.0]
+    if bad:
+        raise ValueError(f"{where}: k values are fractions in (0, 1] (0.2 = 20 %), got {bad}")
+    return ks if k in ks else tuple(sorted((*ks, k)))
+
+
+@dataclass
+class MinKConfig(MembershipConfig):
+    k: float = 0.2
+    ks: tuple[float, ...] = MIN_K_KS
+    method_name: ClassVar[str] = "min_k"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.ks = _check_ks(self.k, self.ks, f"methods.{self.method_name}")
+
+
+@dataclass
+class MinKPlusPlusConfig(MinKConfig):
+    ks: tuple[float, ...] = MIN_K_PP_KS
+    method_name: ClassVar[str] = "min_k_plus_plus"
+
+
+@dataclass
+class PerplexityConfig(MembershipConfig):
+    method_name: ClassVar[str] = "perplexity"
+
+
+@dataclass
+class ZlibConfig(MembershipConfig):
+    method_name: ClassVar[str] = "zlib_ratio"
+
+
+@dataclass
+class LowercaseConfig(MembershipConfig):
+    method_name: ClassVar[str] = "lowercase_ratio"
+
+
+@dataclass
+class ReferenceRatioConfig(MembershipConfig):
+    method_name: ClassVar[str] = "reference_ratio"
+
+
+# ----------------------------------------------------------------------------- per-token arithmetic
+
+
+def k_count(n: int, k: float) -> int:
+    """Tokens in the lowest k %: ``int(k * n)`` as the authors, but at least one."""
+    return max(1, int(k * n))
+
+
+def min_k_mean(values: Sequence[float], k: float) -> float:
+    """Mean of the ``k_count`` smallest values."""
+    arr = np.sort(np.asarray(values, dtype=np.float64))
+    return float(arr[: k_count(arr.size, k)].mean())
+
+
+def min_k_plus_plus_tokens(logprobs: Sequence[float], mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """Per-token ``(log p - mu) / sigma`` (sigma floored at ``SIGMA_FLOOR``)."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    mu = np.asarray(mean, dtype=np.float64)
+    sd = np.maximum(np.asarray(std, dtype=np.float64), SIGMA_FLOOR)
+    return (lp - mu) / sd
+
+
+def zlib_bytes(text: str) -> int:
+    return len(zlib.compress(text.encode("utf-8")))
+
+
+# ----------------------------------------------------------------------------- shared machinery
+
+
+def _output_map(outputs: Mapping[str, Output] | Iterable[Output]) -> dict[str, Output]:
+    if isinstance(outputs, Mapping):
+        return dict(outputs)
+    return {o.key: o for o in outputs}
+
+
+def _rows_of(table: Any) -> list[dict[str, Any]]:
+    if hasattr(table, "to_dict") and hasattr(table, "columns"):
+        return table.to_dict(orient="records")
+    return [dict(r) for r in table]
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or pandas' NA (a missing ``member`` / ``is_reference`` cell)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:  # pandas.NA refuses to be a bool
+        return True
+
+
+def _finite(value: Any) -> float | None:
+    if _missing(value):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _failed(row: Mapping[str, Any]) -> bool:
+    error = row.get("error")
+    return isinstance(error, str) and bool(error.strip())
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One text of an example scored on one engine (e.g. the lowercased text, or the reference model)."""
+
+    name: str  # "text", "lower"
+    engine: str  # "target", "reference"
+    text: str
+    vocab_stats: bool = False
+
+    def base(self, record_id: str) -> str:
+        return f"{record_id}|{self.name}@{self.engine}"
+
+
+class MembershipMethod(Method):
+    """Shared requests / score / reduce; subclasses say which texts to score and what number to keep."""
+
+    family = "closed"
+    engine_roles: ClassVar[tuple[str, ...]] = ("target",)
+    vocab_stats: ClassVar[bool] = False
+
+    # subclasses ---------------------------------------------------------------
+    def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
+        return [Variant("text", "target", text, self.vocab_stats)]
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: Any) -> dict[str, Any]:
+        """Method columns from the scored variants; must include ``score`` (higher = member)."""
+        raise NotImplementedError
+
+    # requests -------------------------------------------------------------------
+    def requests(
+        self, records: list[Record], cfg: MembershipConfig, stage: int, outputs: dict[str, Output]
+    ) -> list[Request]:
+        got = _output_map(outputs or {})
+        out: list[Request] = []
+        for record in records:
+            if is_empty(record, cfg.fields):
+                continue  # score() reports it
+            text = serialise(record, cfg.fields, cfg.format)
+            for v in self.variants(text, cfg):
+                base = v.base(record.id)
+                fits = surely_fits(v.text, cfg.context_len)
+                if stage == 0 and fits:
+                    out += window_requests(
+                        base, (record.id,), v.text, [Window(0, 0, len(v.text))],
+                        vocab_stats=v.vocab_stats, engine=v.engine, stage=0,
+                    )  # fmt: skip
+                elif stage == 0:
+                    out.append(probe_request(base, (record.id,), v.text, v.engine, 0))
+                elif stage == 1 and not fits:
+                    out += window_requests(
+                        base, (record.id,), v.text, self._windows(v, base, got, cfg),
+                        vocab_stats=v.vocab_stats, engine=v.engine, stage=1,
+                    )  # fmt: skip
+        return out
+
+    @staticmethod
+    def _windows(v: Variant, base: str, outputs: Mapping[str, Output], cfg: MembershipConfig) -> list[Window]:
+        if surely_fits(v.text, cfg.context_len):
+            return [Window(0, 0, len(v.text))]
+        n = probe_count(outputs, base)
+        count = n if n is not None else byte_estimate(v.text)
+        return plan_windows(v.text, [(0, len(v.text))], [count], cfg.context_len, cfg.stride)
+
+    # score ---------------------------------------------------------------------
+    def score(
+        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Any, **_: Any
+    ) -> list[dict[str, Any]]:
+        """One row per record: ``score`` (higher = more likely seen) and the method's columns."""
+        got = _output_map(outputs)
+        rows = []
+        for record in records:
+            row: dict[str, Any] = {
+                "record_id": record.id,
+                "partition": record.partition,
+                "score": None,
+                "n_tokens": None,
+                "n_windows": None,
+                "note": "",
+                "error": "",
+            }
+            if is_empty(record, cfg.fields):
+                row["error"] = empty_message(record, cfg.fields)
+                rows.append(row)
+                continue
+            text = serialise(record, cfg.fields, cfg.format)
+            scored: dict[str, Scored] = {}
+            errors = []
+            for v in self.variants(text, cfg):
+                base = v.base(record.id)
+                try:
+                    s = assemble(base, self._windows(v, base, got, cfg), got, vocab_stats=v.vocab_stats)
+                except (KeyError, RuntimeError) as err:
+                    errors.append(str(err).strip("'\""))
+                    continue
+                if not s.token_logprobs:
+                    errors.append(
+                        f"{v.name} text on the {v.engine} engine has fewer than 2 tokens: no token has a prefix "
+                        "to be scored from"
+                    )
+                    continue
+                scored[f"{v.name}@{v.engine}"] = s
+            if errors:
+                row["error"] = f"record {record.id!r}: " + "; ".join(errors)
+                rows.append(row)
+                continue
+            main = scored.get("text@target") or next(iter(scored.values()))
+            row["n_tokens"] = len(main.token_logprobs)
+            row["n_windows"] = max(s.n_windows for s in scored.values())
+            if row["n_windows"] > 1:
+                row["note"] = (
+                    f"longer than context_len={cfg.context_len} tokens: scored in {row['n_windows']} sliding windows "
+                    f"(stride {cfg.stride})"
+                )
+            try:
+                row.update(self.compute(text, scored, cfg))
+            except (ValueError, ZeroDivisionError) as err:
+                row["error"] = f"record {record.id!r}: {err}"
+            rows.append(row)
+        return rows
+
+    # reduce --------------------------------------------------------------------
+    def score_columns(self, cfg: Any) -> list[str]:
+        """Columns tested in ``details`` beside ``score`` (e.g. every k of Min-K%)."""
+        return []
+
+    def reduce(self, table: Any, cfg: MembershipConfig) -> Verdict:
+        rows = _rows_of(table)
+        own = [r for r in rows if not _truthy(r.get("is_reference"))]
+        ref = [r for r in rows if _truthy(r.get("is_reference"))]
+        partitions = sorted({str(r.get("partition", "")) for r in own})
+        if len(partitions) > 1:
+            raise ValueError(
+                f"{self.name}.reduce: the table mixes partitions {partitions} (reference rows aside); reduce one "
+                "partition at a time"
+            )
+        failed = [r for r in own if _failed(r)]
+        details: dict[str, Any] = {"score": self.score_description(cfg), "alpha": cfg.alpha}
+        if failed:
+            details["errors"] = [f"{r.get('record_id')}: {r['error']}" for r in failed[:5]]
+        columns = ["score"] + self.score_columns(cfg)
+        results = {c: self._test_column(own, ref, c) for c in columns}
+        main = results["score"]
+        details.update({k: v for k, v in main.items()})
+        if len(columns) > 1:
+            details["by_column"] = {c: results[c] for c in columns[1:]}
+        statistic = main.get("auc_vs_reference")
+        p_value = main.get("p_value")
+        if p_value is None:
+            statistic = main["partition"].get("mean", math.nan)
+            details["note"] = (
+                "no reference rows: a partition's membership scores mean little alone, so no test was run. Set "
+                "methods.<label>.reference to the key of a benchmark (under `benchmarks:`) known to be unseen by the "
+                "model - e.g. a split published after its training cutoff, or paraphrased rows - to get a "
+                "Mann-Whitney U test against it"
+                if not ref
+                else "the reference or the partition has no scored rows; see errors"
+            )
+        return Verdict(
+            method=self.name,
+            partition=partitions[0] if partitions else "",
+            statistic=float(statistic) if statistic is not None else math.nan,
+            contaminated=bool(p_value is not None and p_value <= cfg.alpha),
+            p_value=p_value,
+            rate=None,
+            n_examples=len(own),
+            n_failed=len(failed),
+            details=details,
+        )
+
+    def score_description(self, cfg: Any) -> str:
+        return self.__doc__.strip().splitlines()[0] if self.__doc__ else self.name
+
+    @staticmethod
+    def _test_column(own: list[dict], ref: list[dict], column: str) -> dict[str, Any]:
+        mine = [(r, _finite(r.get(column))) for r in own if not _failed(r)]
+        theirs = [(r, _finite(r.get(column))) for r in ref if not _failed(r)]
+        mine = [(r, v) for r, v in mine if v is not None]
+        theirs = [(r, v) for r, v in theirs if v is not None]
+        result: dict[str, Any] = {
+            "partition": describe([v for _, v in mine]),
+            "reference": describe([v for _, v in theirs]) if ref else None,
+            "p_value": None,
+            "auc_vs_reference": None,
+        }
+        if mine and theirs:
+            test = mann_whitney_greater([v for _, v in mine], [v for _, v in theirs])
+            result.update(p_value=test.p_value, auc_vs_reference=test.detail["auc"], mann_whitney_u=test.statistic)
+        labelled = [(v, _truthy(r.get("member"))) for r, v in mine if not _missing(r.get("member"))]
+        labelled += [(v, _truthy(r.get("member")) if not _missing(r.get("member")) else False) for r, v in theirs]
+        classes = {m for _, m in labelled}
+        if any(not _missing(r.get("member")) for r, _ in mine) and classes == {True, False}:
+            scores = [v for v, _ in labelled]
+            labels = [m for _, m in labelled]
+            result["auc_member"] = roc_auc(scores, labels)
+            result["tpr_at_5pct_fpr"] = tpr_at_fpr(scores, labels, 0.05)
+            result["n_members"] = sum(labels)
+            result["n_non_members"] = len(labels) - sum(labels)
+        return result
+
+
+def _truthy(value: Any) -> bool:
+    if _missing(value):
+        return False
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes")
+    return bool(value)
+
+
+# ----------------------------------------------------------------------------- the six methods
+
+
+def _mean_logprob(s: Scored) -> float:
+    return float(np.mean(s.token_logprobs))
+
+
+@register
+class MinK(MembershipMethod):
+    """Min-K% Prob: mean of the k % lowest token log-probabilities (Shi et al. 2024)."""
+
+    name = "min_k"
+    Config = MinKConfig
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: MinKConfig) -> dict[str, Any]:
+        lp = scored["text@target"].token_logprobs
+        row = {f"min_k_{round(k * 100)}": min_k_mean(lp, k) for k in cfg.ks}
+        row["score"] = row[f"min_k_{round(cfg.k * 100)}"]
+        row["mean_logprob"] = float(np.mean(lp))
+        return row
+
+    def score_columns(self, cfg: MinKConfig) -> list[str]:
+        return [f"min_k_{round(k * 100)}" for k in cfg.ks if k != cfg.k]
+
+
+@register
+class MinKPlusPlus(MembershipMethod):
+    """Min-K%++: mean of the k % lowest (log p - mu) / sigma over the vocabulary (Zhang et al. 2024)."""
+
+    name = "min_k_plus_plus"
+    Config = MinKPlusPlusConfig
+    vocab_stats = True
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: MinKPlusPlusConfig) -> dict[str, Any]:
+        s = scored["text@target"]
+        z = min_k_plus_plus_tokens(s.token_logprobs, s.token_mean, s.token_std)
+        row: dict[str, Any] = {f"min_k_pp_{round(k * 100)}": min_k_mean(z, k) for k in cfg.ks}
+        row["score"] = row[f"min_k_pp_{round(cfg.k * 100)}"]
+        row["min_k_20"] = min_k_mean(s.token_logprobs, 0.2)
+        row["mean_logprob"] = float(np.mean(s.token_logprobs))
+        return row
+
+    def score_columns(self, cfg: MinKPlusPlusConfig) -> list[str]:
+        return [f"min_k_pp_{round(k * 100)}" for k in cfg.ks if k != cfg.k]
+
+
+@register
+class Perplexity(MembershipMethod):
+    """Perplexity (loss attack): mean token log-probability, i.e. minus log-perplexity."""
+
+    name = "perplexity"
+    Config = PerplexityConfig
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: PerplexityConfig) -> dict[str, Any]:
+        mean = _mean_logprob(scored["text@target"])
+        return {"score": mean, "mean_logprob": mean, "perplexity": math.exp(-mean)}
+
+
+@register
+class ZlibRatio(MembershipMethod):
+    """zlib ratio: mean token log-probability / zlib-compressed bytes (Carlini et al. 2021)."""
+
+    name = "zlib_ratio"
+    Config = ZlibConfig
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: ZlibConfig) -> dict[str, Any]:
+        mean = _mean_logprob(scored["text@target"])
+        size = zlib_bytes(text)
+        return {"score": mean / size, "mean_logprob": mean, "zlib_bytes": size}
+
+
+@register
+class LowercaseRatio(MembershipMethod):
+    """Lowercase ratio: log-perplexity of the lowercased text / that of the text (Carlini et al. 2021)."""
+
+    name = "lowercase_ratio"
+    Config = LowercaseConfig
+
+    def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
+        return [Variant("text", "target", text), Variant("lower", "target", text.lower())]
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: LowercaseConfig) -> dict[str, Any]:
+        mean = _mean_logprob(scored["text@target"])
+        lower = _mean_logprob(scored["lower@target"])
+        if mean == 0.0:
+            raise ValueError("the text has log-perplexity 0 (every token certain); the lowercase ratio is undefined")
+        return {"score": lower / mean, "mean_logprob": mean, "mean_logprob_lower": lower}
+
+
+@register
+class ReferenceRatio(MembershipMethod):
+    """Reference-model ratio: log-perplexity of a reference model minus that of the target (Carlini et al. 2021)."""
+
+    name = "reference_ratio"
+    Config = ReferenceRatioConfig
+    engine_roles = ("target", "reference")
+
+    def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
+        return [Variant("text", "target", text), Variant("text", "reference", text)]
+
+    def compute(self, text: str, scored: dict[str, Scored], cfg: ReferenceRatioConfig) -> dict[str, Any]:
+        target = _mean_logprob(scored["text@target"])
+        reference = _mean_logprob(scored["text@reference"])
+        return {"score": target - reference, "mean_logprob": target, "mean_logprob_reference": reference}

@@ -1,0 +1,546 @@
+"""Sharded likelihood comparison test: Oren, Meister, Chatterji, Ladhak & Hashimoto, "Proving Test Set
+Contamination in Black Box Language Models" (ICLR 2024, arXiv:2310.17623; code:
+github.com/tatsu-lab/test_set_contamination).
+
+Idea: benchmark examples are exchangeable - if a model never saw the benchmark, every ordering of its
+examples is equally likely to it. A model trained on the benchmark *file* has also learnt its order,
+so the canonical order is more likely than shuffled ones. The test turns that into a p-value that
+needs no access to the training data:
+
+1. serialise the examples in canonical dataset order (``Record.order``) - only the configured text
+   fields (``fields``, as JSON lines by default, like the authors' benchmark files);
+2. split them into ``num_shards`` contiguous shards (the first ``n % num_shards`` shards one example
+   larger, as the authors' code);
+3. per shard, score the log-likelihood of the canonical concatenation and of
+   ``permutations_per_shard`` random shuffles of it. Shards longer than ``context_len`` tokens are
+   scored with a sliding window that advances by ``stride`` tokens, each window scoring only its new
+   tokens (``likelihood_windows``);
+4. d_i = canonical_i - mean(shuffled_i); one-sided t-test of mean(d) > 0 across shards
+   (``contamray.stats.tests.t_test_greater``). Contaminated when p <= ``alpha``.
+
+Per shard the exact permutation p-value - the rank of the canonical order among its shuffles,
+``(1 + #{shuffled >= canonical}) / (1 + permutations)`` - is reported too.
+
+Two variants (``permute``), both reporting the order-structure diagnosis of
+``contamray.methods.closed.order_structure`` beside the p-value:
+
+- ``permute: groups`` (the default, ``sharded_likelihood``): the units that are shuffled are the
+  partition's groups - declared by the benchmark (Winogrande twin pairs) or detected from the data
+  (adjacent examples far more alike than random pairs) - and a shard holds whole groups. On a benchmark
+  with no structure every example is its own unit, which is exactly Oren et al.'s test. Oren et al.'s
+  assumption - examples are exchangeable - fails on structured benchmarks (twin sentences on adjacent
+  rows are more likely in their canonical order to *any* model), and row permutations then give false
+  positives; groups are exchangeable again. Issue #7 measured the false positive on Winogrande and
+  ``tests/test_order_structure.py`` reproduces it and its fix.
+- ``permute: rows``: Oren et al.'s original (every example a unit, whatever the structure), for
+  reproducing the paper (``sharded_likelihood_paper``) and the survey's Table 1 (``sharded_likelihood_oren``).
+
+A calibrated null from a reference model (the same statistic on a model known not to have seen the
+split) is not implemented: group permutations keep the test exact without a second model, and a
+reference model's own order preferences differ from the target's, so the comparison has no exact null.
+
+Presets (``conf/method/``): the paper's (``sharded_likelihood_paper``: 50 shards x 250 permutations,
+``context_len=2048``, ``stride=1024``; its Table 2 runs use up to 5,000 examples per benchmark) and the
+survey's (``sharded_likelihood``, the default: 15 shards x 25 permutations, 1024 / 512, on 100 points
+per dataset - Ravaut et al. 2024, "How Much are LLMs Contaminated? A Comprehensive Survey and the
+LLMSanitize Library", Table 1; the 100 points are ``run.limit``, not a method parameter).
+
+Where this implementation departs from the authors' code, and why:
+
+- the t statistic uses the sample standard deviation (n - 1), as a t-test does; the authors' code
+  (and LLMSanitize, which copies it) divides by ``np.std`` (ddof 0), which inflates t by
+  sqrt(n / (n - 1)) and understates p;
+- examples are joined as text and tokenised together; the authors tokenise each example alone and
+  concatenate the ids, which for Llama tokenizers puts a BOS token before *every* example. Joined
+  text is what a model trained on the file saw;
+- the windows are cut at whitespace near the token positions the paper's scheme gives (the engines
+  score texts, not ids), with window sizes from token counts measured by probe requests; every token
+  is still scored exactly once (see ``likelihood_windows``);
+- shuffles are drawn per shard from a generator seeded by (``seed``, partition, shard), so a shard's
+  permutations do not depend on how many other shards there are; like the authors' code a shuffle
+  may equal the canonical order (small shards);
+- shards with fewer than 2 units cannot be reordered and are skipped (each row says why); an
+  example whose configured fields are all empty is left out of the shards (an error row). LLMSanitize
+  serialises examples as hand-built pseudo-JSON without escaping quotes or newlines; here they are
+  real JSON (``json.dumps``).
+
+Requests: stage 0 sends every shard that surely fits ``context_len`` whole (key
+``"<first record id of the shard>|shard<i>|canon"`` and ``...|perm<j>``, ``record_ids`` = the shard's
+records); for other shards it sends one token-count probe per example (``"<record id>|example|tokens"``)
+and, in stage 1, the windowed requests (``...|perm<j>|w<k>`` and their contexts ``...|w<k>|ctx``).
+``score_scope = "partition"``: ``score`` needs every shard of the partition at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.methods.closed.likelihood_text import (
+    EXAMPLE_END,
+    check_fields,
+    empty_message,
+    is_empty,
+    serialise,
+)
+from contamray.methods.closed.likelihood_windows import (
+    Window,
+    assemble,
+    byte_estimate,
+    plan_windows,
+    probe_count,
+    probe_request,
+    surely_fits,
+    window_requests,
+)
+from contamray.methods.closed.order_structure import OrderStructure, diagnose
+from contamray.records import Record
+from contamray.stats.tests import permutation_p_value, t_test_greater
+
+NAME = "sharded_likelihood"
+MIN_SHARD = 2  # units (rows, or groups of rows) a shard needs to be reordered
+PERMUTE = ("groups", "rows")
+VARIANTS = {
+    "groups": "group permutations (structure-aware)",
+    "rows": "row permutations (Oren et al. 2023)",
+}
+
+
+@dataclass
+class Config:
+    """Parameters of the sharded test; defaults are the survey's preset (see the module docstring)."""
+
+    seed: int = 0
+    num_shards: int = 15
+    permutations_per_shard: int = 25
+    context_len: int = 1024
+    stride: int = 512
+    fields: tuple[str, ...] = ("input", "label")
+    format: str = "json"
+    alpha: float = 0.05
+    permute: str = "groups"  # "groups": shuffle declared/detected groups as units; "rows": Oren et al.'s original
+    detect_structure: bool = True  # also find groups from the data (adjacent-pair similarity)
+
+    def __post_init__(self) -> None:
+        where = f"methods.{NAME}"
+        self.fields = check_fields(self.fields, self.format, where)
+        if self.permute not in PERMUTE:
+            raise ValueError(
+                f"{where}.permute: {self.permute!r} is not one of {', '.join(PERMUTE)} (groups: structure-aware, "
+                "rows: Oren et al.'s original)"
+            )
+        if self.num_shards < 1:
+            raise ValueError(f"{where}.num_shards must be >= 1, got {self.num_shards} (paper 50, survey 15)")
+        if self.permutations_per_shard < 1:
+            raise ValueError(
+                f"{where}.permutations_per_shard must be >= 1, got {self.permutations_per_shard} (paper 250, survey 25)"
+            )
+        if self.context_len < 2 or not 0 < self.stride < self.context_len:
+            raise ValueError(
+                f"{where}: need context_len >= 2 and 0 < stride < context_len, got context_len={self.context_len}, "
+                f"stride={self.stride} (paper 2048/1024, survey 1024/512)"
+            )
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"{where}.alpha must be in (0, 1), got {self.alpha}")
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+@dataclass
+class Shard:
+    """One contiguous run of examples of a partition (canonical order) and its permutations."""
+
+    partition: str
+    index: int
+    records: list[Record]
+    texts: list[str]  # serialised examples, each ending with the example separator
+    context_len: int
+    units: list[list[int]] = field(default_factory=list)  # local row indices of each permutable unit
+    orders: list[list[int]] = field(default_factory=list)  # [canonical, shuffle 1, ...] as row orders
+    skip_reason: str = ""
+
+    @property
+    def base(self) -> str:
+        return f"{self.records[0].id}|shard{self.index}" if self.records else f"{self.partition}|shard{self.index}"
+
+    @property
+    def record_ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.records)
+
+    def text(self, order: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+        """The concatenation in ``order`` and each example's character span in it (in that order)."""
+        parts, spans, pos = [], [], 0
+        for i in order:
+            parts.append(self.texts[i])
+            spans.append((pos, pos + len(self.texts[i])))
+            pos += len(self.texts[i])
+        return "".join(parts), spans
+
+    def perm_key(self, j: int) -> str:
+        return f"{self.base}|canon" if j == 0 else f"{self.base}|perm{j}"
+
+    @property
+    def needs_probes(self) -> bool:
+        """False when every order of the shard surely fits ``context_len`` (sent whole, no probes)."""
+        return not surely_fits("".join(self.texts), self.context_len)
+
+
+def _shard_rng(seed: int, partition: str, index: int) -> np.random.Generator:
+    digest = hashlib.blake2b(f"{seed}\x1f{partition}\x1f{index}".encode(), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(digest, "little"))
+
+
+def _canonical(records: Sequence[Record]) -> list[Record]:
+    """Records sorted by ``Record.order``; a repeated order makes the canonical order ambiguous."""
+    seen: dict[int, str] = {}
+    for r in records:
+        if r.order in seen:
+            raise ValueError(
+                f"sharded_likelihood: records {seen[r.order]!r} and {r.id!r} of {r.partition!r} share order "
+                f"{r.order}, so the canonical order is ambiguous; the benchmark adapter must set Record.order to "
+                "the row's index in the split"
+            )
+        seen[r.order] = r.id
+    return sorted(records, key=lambda r: r.order)
+
+
+def shard_counts(n: int, num_shards: int) -> list[int]:
+    """Examples per shard as the authors' code: ``n // k`` each, the first ``n % k`` shards one more."""
+    return [n // num_shards + (1 if i < n % num_shards else 0) for i in range(num_shards)]
+
+
+@dataclass
+class Layout:
+    """The shards of every partition, the empty records, and each partition's order structure."""
+
+    shards: list[Shard]
+    empty: list[Record]
+    structure: dict[str, OrderStructure]
+
+
+def layout(records: Sequence[Record], cfg: Config) -> Layout:
+    """Shards of whole units (rows under ``permute: rows``, groups under ``permute: groups``)."""
+    by_partition: dict[str, list[Record]] = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append(r)
+    out = Layout([], [], {})
+    for partition, rows in by_partition.items():
+        ordered = _canonical(rows)
+        usable = [r for r in ordered if not is_empty(r, cfg.fields)]
+        out.empty += [r for r in ordered if is_empty(r, cfg.fields)]
+        texts = [serialise(r, cfg.fields, cfg.format) + EXAMPLE_END[cfg.format] for r in usable]
+        structure = diagnose(usable, texts, cfg.seed, detect=cfg.detect_structure)
+        out.structure[partition] = structure
+        units = structure.units if cfg.permute == "groups" else [[i] for i in range(len(usable))]
+        start = 0
+        for i, count in enumerate(shard_counts(len(units), cfg.num_shards)):
+            chunk_units = units[start : start + count]
+            start += count
+            if not chunk_units:
+                continue
+            first = chunk_units[0][0]
+            rows_idx = [j for unit in chunk_units for j in unit]
+            shard = Shard(
+                partition, i, [usable[j] for j in rows_idx], [texts[j] for j in rows_idx], cfg.context_len,
+                units=[[j - first for j in unit] for unit in chunk_units],
+            )  # fmt: skip
+            if len(chunk_units) < MIN_SHARD:
+                shard.skip_reason = (
+                    f"shard {i} of {partition!r} holds {len(chunk_units)} unit(s) ({len(units)} units of "
+                    f"{len(usable)} usable examples in {cfg.num_shards} shards, permute={cfg.permute}); a shard "
+                    f"needs at least {MIN_SHARD} to be reordered - lower num_shards or score more rows"
+                )
+            else:
+                rng = _shard_rng(cfg.seed, partition, i)
+                shard.orders = [list(range(len(shard.records)))] + [
+                    [j for k in rng.permutation(len(shard.units)) for j in shard.units[int(k)]]
+                    for _ in range(cfg.permutations_per_shard)
+                ]
+            out.shards.append(shard)
+    return out
+
+
+def _example_base(record: Record) -> str:
+    return f"{record.id}|example"
+
+
+def _windows(shard: Shard, order: Sequence[int], outputs: Mapping[str, Output], cfg: Config) -> list[Window]:
+    text, spans = shard.text(order)
+    if not shard.needs_probes:
+        return [Window(0, 0, len(text))]
+    counts = []
+    for i in order:
+        n = probe_count(outputs, _example_base(shard.records[i]))
+        counts.append(n if n is not None else byte_estimate(shard.texts[i]))
+    return plan_windows(text, spans, counts, cfg.context_len, cfg.stride)
+
+
+# ----------------------------------------------------------------------------- the method
+
+
+def _output_map(outputs: Mapping[str, Output] | Iterable[Output]) -> dict[str, Output]:
+    if isinstance(outputs, Mapping):
+        return dict(outputs)
+    return {o.key: o for o in outputs}
+
+
+def _rows_of(table: Any) -> list[dict[str, Any]]:
+    if hasattr(table, "to_dict") and hasattr(table, "columns"):
+        return table.to_dict(orient="records")
+    return [dict(r) for r in table]
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _truthy(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return bool(value)
+
+
+@register
+class ShardedLikelihood(Method):
+    name = NAME
+    family = "closed"
+    Config = Config
+    engine_roles = ("target",)
+    score_scope = "partition"
+
+    # -- requests
+
+    def requests(self, records: list[Record], cfg: Config, stage: int, outputs: dict[str, Output]) -> list[Request]:
+        live = [s for s in layout(records, cfg).shards if not s.skip_reason]
+        probed = [s for s in live if s.needs_probes]
+        out: list[Request] = []
+        if stage == 0:
+            for s in live:
+                if s.needs_probes:
+                    out += [
+                        probe_request(_example_base(r), (r.id,), t, "target", 0) for r, t in zip(s.records, s.texts)
+                    ]
+                else:
+                    out += self._shard_requests(s, outputs, cfg, stage)
+        elif stage == 1:
+            got = _output_map(outputs or {})
+            for s in probed:
+                out += self._shard_requests(s, got, cfg, stage)
+        return out
+
+    def _shard_requests(self, shard: Shard, outputs: Mapping[str, Output], cfg: Config, stage: int) -> list[Request]:
+        reqs: list[Request] = []
+        for j, order in enumerate(shard.orders):
+            text, _ = shard.text(order)
+            windows = _windows(shard, order, outputs, cfg)
+            reqs += window_requests(shard.perm_key(j), shard.record_ids, text, windows, stage=stage)
+        return reqs
+
+    # -- score
+
+    def score(
+        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Config, **_: Any
+    ) -> list[dict[str, Any]]:
+        """One row per record: its shard's canonical and shuffled log-likelihoods, d and permutation p."""
+        got = _output_map(outputs)
+        laid = layout(records, cfg)
+        rows: list[dict[str, Any]] = []
+        for r in laid.empty:
+            rows.append(self._row(r, None, error=empty_message(r, cfg.fields), status="excluded: empty example"))
+        for shard in laid.shards:
+            rows += self._score_shard(shard, got, cfg)
+        for row in rows:
+            structure = laid.structure.get(row["partition"])
+            row["variant"] = VARIANTS[cfg.permute]
+            row["order_structure"] = json.dumps(structure.to_dict()) if structure else ""
+        return rows
+
+    def _row(self, record: Record, shard: Shard | None, error: str = "", status: str = "", **values: Any) -> dict:
+        row: dict[str, Any] = {
+            "record_id": record.id,
+            "partition": record.partition,
+            "order": record.order,
+            "shard": shard.index if shard else None,
+            "shard_size": len(shard.records) if shard else None,
+            "shard_units": len(shard.units) if shard else None,
+            "position": shard.records.index(record) if shard else None,
+            "example_tokens": None,
+            "shard_status": status,
+            "canonical_logprob": None,
+            "shuffled_mean": None,
+            "shuffled_sd": None,
+            "d": None,
+            "permutation_p": None,
+            "n_permutations": 0,
+            "n_windows": None,
+            "max_window_tokens": None,
+            "note": "",
+            "error": error,
+        }
+        row.update(values)
+        return row
+
+    def _score_shard(self, shard: Shard, outputs: Mapping[str, Output], cfg: Config) -> list[dict[str, Any]]:
+        tokens = {r.id: probe_count(outputs, _example_base(r)) for r in shard.records}
+        notes = []
+        long_ids = [rid for rid, n in tokens.items() if n is not None and n > cfg.context_len]
+        if long_ids:
+            notes.append(
+                f"example(s) {', '.join(long_ids)} longer than context_len={cfg.context_len} tokens: scored in "
+                f"sliding windows (stride {cfg.stride})"
+            )
+        if shard.skip_reason:
+            return [
+                self._row(r, shard, status=f"skipped: {shard.skip_reason}", example_tokens=tokens[r.id])
+                for r in shard.records
+            ]
+        totals: list[float | None] = []
+        errors: list[str] = []
+        n_windows, biggest = 0, 0
+        for j, order in enumerate(shard.orders):
+            try:
+                scored = assemble(shard.perm_key(j), _windows(shard, order, outputs, cfg), outputs)
+            except (KeyError, RuntimeError) as err:
+                totals.append(None)
+                errors.append(str(err).strip("'\""))
+                continue
+            totals.append(scored.total)
+            n_windows = max(n_windows, scored.n_windows)
+            biggest = max(biggest, scored.max_window_tokens)
+        if n_windows > 1 and biggest > cfg.context_len:
+            notes.append(f"largest window had {biggest} tokens, more than context_len={cfg.context_len}")
+        canonical = totals[0]
+        shuffled = [t for t in totals[1:] if t is not None]
+        if canonical is None or not shuffled:
+            what = "the canonical order" if canonical is None else "every shuffled order"
+            error = f"shard {shard.index}: {what} could not be scored: " + "; ".join(errors[:3])
+            return [
+                self._row(r, shard, error=error, status="failed", example_tokens=tokens[r.id], note="; ".join(notes))
+                for r in shard.records
+            ]
+        if len(shuffled) < len(totals) - 1:
+            notes.append(f"{len(totals) - 1 - len(shuffled)} shuffled order(s) failed and were left out: {errors[0]}")
+        values = {
+            "canonical_logprob": canonical,
+            "shuffled_mean": float(np.mean(shuffled)),
+            "shuffled_sd": float(np.std(shuffled, ddof=1)) if len(shuffled) > 1 else 0.0,
+            "d": canonical - float(np.mean(shuffled)),
+            "permutation_p": permutation_p_value(canonical, shuffled),
+            "n_permutations": len(shuffled),
+            "n_windows": n_windows,
+            "max_window_tokens": biggest,
+        }
+        return [
+            self._row(r, shard, status="scored", example_tokens=tokens[r.id], note="; ".join(notes), **values)
+            for r in shard.records
+        ]
+
+    # -- reduce
+
+    def reduce(self, table: Any, cfg: Config) -> Verdict:
+        """One-sided t-test over the shards' d_i (reference rows, if any, are not part of this test)."""
+        rows = [r for r in _rows_of(table) if not _truthy(r.get("is_reference"))]
+        partitions = sorted({str(r.get("partition", "")) for r in rows})
+        if len(partitions) > 1:
+            raise ValueError(
+                f"sharded_likelihood.reduce: the table mixes partitions {partitions}; reduce one partition at a time"
+            )
+        failed = [r for r in rows if isinstance(r.get("error"), str) and r["error"].strip()]
+        shards: dict[Any, dict[str, Any]] = {}
+        skipped: dict[Any, str] = {}
+        for r in rows:
+            if r.get("shard") is None or (isinstance(r.get("shard"), float) and math.isnan(r["shard"])):
+                continue
+            key = int(r["shard"])
+            status = str(r.get("shard_status") or "")
+            if status == "scored" and _finite(r.get("d")) is not None:
+                shards.setdefault(key, r)
+            elif status.startswith("skipped"):
+                skipped[key] = status
+        per_shard = [
+            {
+                "shard": k,
+                "size": int(r["shard_size"]),
+                "units": int(r["shard_units"]) if _finite(r.get("shard_units")) is not None else None,
+                "canonical_logprob": float(r["canonical_logprob"]),
+                "shuffled_mean": float(r["shuffled_mean"]),
+                "d": float(r["d"]),
+                "permutation_p": float(r["permutation_p"]),
+                "n_permutations": int(r["n_permutations"]),
+            }
+            for k, r in sorted(shards.items())
+        ]
+        ds = [s["d"] for s in per_shard]
+        structure = next((json.loads(r["order_structure"]) for r in rows if r.get("order_structure")), None)
+        variant = next((str(r["variant"]) for r in rows if r.get("variant")), VARIANTS[cfg.permute])
+        details: dict[str, Any] = {
+            "test": "one-sided t-test of mean(d) > 0 over shards, d = canonical - mean(shuffled)",
+            "variant": variant,
+            "order_structure": structure,
+            "summary": f"{variant}; order: {structure['summary']}" if structure else variant,
+            "alpha": cfg.alpha,
+            "num_shards": cfg.num_shards,
+            "permutations_per_shard": cfg.permutations_per_shard,
+            "context_len": cfg.context_len,
+            "stride": cfg.stride,
+            "fields": list(cfg.fields),
+            "format": cfg.format,
+            "n_shards_tested": len(per_shard),
+            "shards": per_shard,
+            "skipped_shards": [{"shard": k, "reason": v} for k, v in sorted(skipped.items())],
+            "n_shards_permutation_significant": sum(s["permutation_p"] <= cfg.alpha for s in per_shard),
+            "mean_d": float(np.mean(ds)) if ds else None,
+        }
+        if failed:
+            details["errors"] = sorted({f"{r.get('record_id')}: {r['error']}" for r in failed})[:5]
+        orders = sorted(int(r["order"]) for r in rows if _finite(r.get("order")) is not None)
+        gaps = np.diff(orders) if len(orders) > 1 else np.zeros(0)
+        if gaps.size and gaps.max() > 1:
+            details["order_gaps"] = {"max": int(gaps.max()), "median": float(np.median(gaps))}
+            details["warning"] = (
+                "the rows are not consecutive in the split (a sample with gaps): a model that learnt the file "
+                "learnt which row follows which, so the test is far weaker on a sample than on a contiguous "
+                "block (the authors use the first rows); prefer a contiguous range of rows"
+            )
+        statistic, p_value, contaminated = math.nan, None, False
+        if structure and structure.get("structured") and cfg.permute == "rows":
+            details["warning_structure"] = (
+                "the canonical order has structure (see order_structure) and rows were permuted: the test's "
+                "exchangeability assumption fails and its p-value can flag a clean model; use permute=groups"
+            )
+        if len(ds) >= 2:
+            res = t_test_greater(ds)
+            statistic, p_value = res.statistic, res.p_value
+            contaminated = p_value <= cfg.alpha
+            details["t_sd"] = res.detail["sd"]
+        else:
+            details["reason"] = (
+                f"{len(ds)} shard(s) could be tested; the t-test needs at least 2 (see skipped_shards and errors)"
+            )
+        return Verdict(
+            method=NAME,
+            partition=partitions[0] if partitions else "",
+            statistic=float(statistic),
+            contaminated=bool(contaminated),
+            p_value=p_value,
+            rate=None,
+            n_examples=len(rows),
+            n_failed=len(failed),
+            details=details,
+        )

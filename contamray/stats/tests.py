@@ -1,0 +1,180 @@
+"""Significance tests and ranking metrics of the likelihood-based detectors (pure numpy / scipy).
+
+- ``t_test_greater``: one-sided one-sample t-test of H1 mean > 0. Oren et al. (2023) test the
+  per-shard differences d_i = canonical_i - mean(shuffled_i) with it. Their released code
+  (tatsu-lab/test_set_contamination, copied by LLMSanitize) divides by ``np.std`` (ddof=0), which
+  inflates t by sqrt(n / (n - 1)) and makes the p-value anti-conservative (15 shards: t x 1.035); the
+  t-test the paper states uses the sample standard deviation (ddof=1), and so does this function.
+- ``permutation_p_value``: the exact Monte Carlo permutation p-value of one observed statistic among
+  its permuted values: ``(1 + #{permuted >= observed}) / (1 + n_permuted)`` - the rank of the
+  canonical order among its shuffles (Oren et al., Section 3; Phipson & Smyth 2010 for the +1).
+- ``mann_whitney_greater``: one-sided Mann-Whitney U test of H1 "x tends to be larger than y"
+  (scipy's exact distribution for small samples without ties, the tie-corrected normal
+  approximation otherwise). A partition's membership scores are compared with those of a reference
+  partition known to be unseen.
+- ``roc_auc``, ``roc_curve``, ``tpr_at_fpr``: instance-level detection quality when membership labels
+  exist (Shi et al. 2024, Zhang et al. 2024 report AUROC and TPR at 5 % FPR). ``roc_auc`` is the
+  Mann-Whitney statistic U / (n_pos * n_neg) with ties counted one half, which equals the area under
+  the trapezoidal ROC curve.
+
+Every function takes sequences of finite numbers; non-finite values are an error naming the
+argument and the positions, because a NaN silently dropped would change the answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+
+def _finite(values: Sequence[float] | np.ndarray, name: str, min_size: int = 1) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{name} has non-finite values at positions {bad[:5].tolist()}; drop failed rows first")
+    if arr.size < min_size:
+        raise ValueError(f"{name} has {arr.size} value(s); this test needs at least {min_size}")
+    return arr
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """A test's statistic and one-sided p-value, plus what it was computed from."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    statistic: float
+    p_value: float
+    n: int
+    detail: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def t_test_greater(diffs: Sequence[float] | np.ndarray) -> TestResult:
+    """One-sided one-sample t-test, H1: E[diffs] > 0 (sample standard deviation, n - 1 df).
+
+    Needs at least 2 values. When every value is identical the t statistic is undefined: a constant
+    positive sample gives p = 0, a constant sample <= 0 gives p = 1 (the limits of the test).
+    """
+    d = _finite(diffs, "t_test_greater: diffs", min_size=2)
+    n = d.size
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        t, p = (math.inf, 0.0) if mean > 0 else (-math.inf if mean < 0 else 0.0, 1.0)
+    else:
+        t = mean / (sd / math.sqrt(n))
+        p = float(sps.t.sf(t, df=n - 1))
+    return TestResult(statistic=float(t), p_value=p, n=n, detail={"mean": mean, "sd": sd, "df": n - 1})
+
+
+def permutation_p_value(observed: float, permuted: Sequence[float] | np.ndarray) -> float:
+    """``(1 + #{permuted >= observed}) / (1 + len(permuted))``: small when ``observed`` is the largest."""
+    if not math.isfinite(float(observed)):
+        raise ValueError(f"permutation_p_value: observed is {observed}; it must be a finite number")
+    perm = _finite(permuted, "permutation_p_value: permuted", min_size=1)
+    return float((1 + np.count_nonzero(perm >= observed)) / (1 + perm.size))
+
+
+def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> TestResult:
+    """One-sided Mann-Whitney U test, H1: values of ``x`` tend to be larger than values of ``y``.
+
+    ``statistic`` is U of ``x`` (the number of pairs with x > y, ties one half); ``detail["auc"]`` is
+    U / (n_x * n_y), the probability that a random x beats a random y.
+    """
+    xs = _finite(x, "mann_whitney_greater: x")
+    ys = _finite(y, "mann_whitney_greater: y")
+    res = sps.mannwhitneyu(xs, ys, alternative="greater", method="auto")
+    u = float(res.statistic)
+    return TestResult(
+        statistic=u,
+        p_value=float(res.pvalue),
+        n=int(xs.size + ys.size),
+        detail={"n_x": int(xs.size), "n_y": int(ys.size), "auc": u / (xs.size * ys.size)},
+    )
+
+
+def _labels(labels: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
+    lab = np.asarray(labels, dtype=object)
+    if lab.shape != (n,):
+        raise ValueError(f"labels has shape {lab.shape}; expected one label per score ({n})")
+    wrong = [v for v in lab.tolist() if v not in (True, False)]  # 0/1 compare equal to False/True
+    if wrong:
+        raise ValueError(f"labels must be booleans or 0/1, got {sorted(map(repr, set(wrong)))[:5]}")
+    return np.asarray([bool(v) for v in lab.tolist()], dtype=bool)
+
+
+def roc_auc(scores: Sequence[float] | np.ndarray, labels: Sequence[Any] | np.ndarray) -> float:
+    """Area under the ROC curve of ``scores`` (higher = positive) against boolean ``labels``.
+
+    Ties between a positive and a negative count one half. Needs at least one positive and one
+    negative label.
+    """
+    s = _finite(scores, "roc_auc: scores")
+    lab = _labels(labels, s.size)
+    pos, neg = s[lab], s[~lab]
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError(f"roc_auc: need both classes, got {pos.size} positive and {neg.size} negative label(s)")
+    ranks = sps.rankdata(s)  # average ranks for ties
+    u = float(ranks[lab].sum() - pos.size * (pos.size + 1) / 2.0)
+    return u / (pos.size * neg.size)
+
+
+def roc_curve(
+    scores: Sequence[float] | np.ndarray, labels: Sequence[Any] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, thresholds) for "positive when score >= threshold", from (0, 0) to (1, 1).
+
+    Thresholds are the distinct scores in decreasing order, preceded by +inf.
+    """
+    s = _finite(scores, "roc_curve: scores")
+    lab = _labels(labels, s.size)
+    n_pos, n_neg = int(lab.sum()), int((~lab).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"roc_curve: need both classes, got {n_pos} positive and {n_neg} negative label(s)")
+    order = np.argsort(-s, kind="mergesort")
+    s_sorted, lab_sorted = s[order], lab[order]
+    last_of_value = np.r_[np.flatnonzero(np.diff(s_sorted)), s_sorted.size - 1]
+    tp = np.cumsum(lab_sorted)[last_of_value]
+    fp = (last_of_value + 1) - tp
+    fpr = np.r_[0.0, fp / n_neg]
+    tpr = np.r_[0.0, tp / n_pos]
+    thresholds = np.r_[np.inf, s_sorted[last_of_value]]
+    return fpr, tpr, thresholds
+
+
+def tpr_at_fpr(
+    scores: Sequence[float] | np.ndarray, labels: Sequence[Any] | np.ndarray, max_fpr: float = 0.05
+) -> float:
+    """The largest true-positive rate among thresholds whose false-positive rate is <= ``max_fpr``."""
+    if not 0.0 <= max_fpr <= 1.0:
+        raise ValueError(f"tpr_at_fpr: max_fpr must be in [0, 1], got {max_fpr}")
+    fpr, tpr, _ = roc_curve(scores, labels)
+    return float(tpr[fpr <= max_fpr + 1e-12].max())
+
+
+def describe(values: Sequence[float] | np.ndarray) -> dict[str, float | int]:
+    """Distribution summary (n, mean, sd, quartiles) for reports when no test can be run."""
+    v = _finite(values, "describe: values", min_size=0)
+    if v.size == 0:
+        return {"n": 0}
+    q25, q50, q75 = np.quantile(v, [0.25, 0.5, 0.75])
+    return {
+        "n": int(v.size),
+        "mean": float(v.mean()),
+        "sd": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+        "min": float(v.min()),
+        "q25": float(q25),
+        "median": float(q50),
+        "q75": float(q75),
+        "max": float(v.max()),
+    }

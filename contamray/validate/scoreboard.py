@@ -1,0 +1,218 @@
+"""The detector scoreboard: every method's verdicts and scores against the injected truth.
+
+Per method (a method label of the run config), over all labelled runs:
+
+- **partition level**, from ``partitions.parquet`` (one verdict per model x partition): accuracy of
+  ``contaminated`` against ``truth``; false-positive rate on clean partitions; true-positive rate on
+  contaminated partitions, overall and at duplication >= 2 (the issue's goal). Cells whose reduce
+  failed (``error``), whose every example failed (the method does not apply to the partition, e.g.
+  a multiple-choice method on QA rows) or whose truth is unknown are left out, counted in ``n_skipped``;
+- **instance level**, from ``examples.parquet`` (``member``): for each injected partition, its member
+  rows against the non-member rows of the same benchmark seen by the same model (the other rows of
+  that partition when only a fraction was injected, and clean partitions of the same adapter - e.g.
+  ``synthetic_facts/set1`` beside ``synthetic_facts/default``). Comparing within one benchmark keeps
+  the AUC about membership, not about how different two datasets' texts are. ROC AUC and TPR at 5 %
+  FPR (``metrics``) per injected partition, averaged (macro) over partitions; also at duplication >= 5;
+- **cost**: engine tokens and seconds, summed over the method's cells when the run records them
+  (``engine_tokens``, ``seconds`` in ``partitions.parquet``).
+
+Breakdowns give the share of contaminated partitions flagged, and the instance-level AUC, per
+duplication count and per kind of contamination (``form/content/order``). ``render`` writes it all
+as Markdown; ``update_readme`` replaces the text between ``<!-- scoreboard:start -->`` and
+``<!-- scoreboard:end -->``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from contamray.validate.instance import instance_scores
+from contamray.validate.metrics import mean, roc_auc, tpr_at_fpr
+from contamray.validate.truth import LabelledRun
+
+START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
+COST_COLUMNS = ("engine_tokens", "seconds")
+
+
+def all_failed(parts: pd.DataFrame) -> pd.Series:
+    """Cells whose every example failed (e.g. a multiple-choice method on a QA partition): no verdict."""
+    if not {"n_examples", "n_failed"} <= set(parts.columns):
+        return pd.Series(False, index=parts.index)
+    n, failed = pd.to_numeric(parts["n_examples"], errors="coerce"), pd.to_numeric(parts["n_failed"], errors="coerce")
+    return (n > 0) & (failed >= n)
+
+
+def _usable(parts: pd.DataFrame) -> pd.Series:
+    error = parts["error"].fillna("").astype(str) if "error" in parts.columns else pd.Series("", index=parts.index)
+    return parts["truth"].notna() & (error == "") & parts["contaminated"].notna() & ~all_failed(parts)
+
+
+def _rate(flags: pd.Series) -> float:
+    return float(flags.astype(bool).mean()) if len(flags) else float("nan")
+
+
+def partition_scores(parts: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: partition-level accuracy, FPR, TPR (all and duplication >= 2), cost."""
+    rows = []
+    for method, group in parts.groupby("method", sort=True):
+        ok = group[_usable(group)]
+        truth = ok["truth"].astype(bool)
+        flagged = ok["contaminated"].astype(bool)
+        positives, negatives = ok[truth], ok[~truth]
+        row = {
+            "method": method,
+            "family": str(group["family"].iloc[0]),
+            "n_partitions": len(ok),
+            "n_contaminated": int(truth.sum()),
+            "n_clean": int((~truth).sum()),
+            "n_skipped": len(group) - len(ok),
+            "accuracy": _rate(flagged == truth),
+            "fpr": _rate(negatives["contaminated"]),
+            "tpr": _rate(positives["contaminated"]),
+            "tpr_dup2": _rate(positives[positives["duplication"] >= 2]["contaminated"]),
+        }
+        for column in COST_COLUMNS:
+            values = pd.to_numeric(group[column], errors="coerce") if column in group.columns else pd.Series([])
+            row[column] = float(values.sum()) if values.notna().any() else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def instance_rows(runs: Sequence[LabelledRun], max_fpr: float = 0.05) -> pd.DataFrame:
+    """One row per (run, model, method, injected partition): AUC and TPR at ``max_fpr`` FPR."""
+    rows = []
+    for run in runs:
+        ex, parts = run.examples, run.partitions
+        if ex.empty or "member" not in ex.columns:
+            continue
+        names = dict(zip(parts["method"], parts.get("method_name", parts["method"])))
+        error = ex["error"].fillna("").astype(str) if "error" in ex.columns else pd.Series("", index=ex.index)
+        ex = ex[(error == "") & ex["member"].notna()].copy()
+        if ex.empty:
+            continue
+        ex["benchmark"] = ex["partition"].astype(str).str.split("/").str[0]
+        meta = parts.set_index(["model", "partition", "method"])[["duplication", "kind"]]
+        meta = meta[~meta.index.duplicated()]
+        for (model, method), table in ex.groupby(["model", "method"], sort=True):
+            scores = instance_scores(table, str(names.get(method, method)))
+            if scores is None:
+                continue
+            table = table.assign(score=scores.values)
+            table = table[table["score"].notna()]
+            for partition, members in table[table["member"].astype(bool)].groupby("partition"):
+                bench = str(partition).split("/")[0]
+                others = table[(table["benchmark"] == bench) & ~table["member"].astype(bool)]
+                if members.empty or others.empty:
+                    continue
+                labels = [True] * len(members) + [False] * len(others)
+                values = list(members["score"]) + list(others["score"])
+                key = (model, partition, method)
+                rows.append({
+                    "run": run.output_dir.name, "model": model, "method": method, "partition": partition,
+                    "duplication": int(meta.loc[key, "duplication"]) if key in meta.index else 0,
+                    "kind": str(meta.loc[key, "kind"]) if key in meta.index else "",
+                    "n_members": len(members), "n_nonmembers": len(others),
+                    "auc": roc_auc(labels, values), "tpr_at_fpr": tpr_at_fpr(labels, values, max_fpr),
+                })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def scoreboard(runs: Sequence[LabelledRun], max_fpr: float = 0.05) -> pd.DataFrame:
+    """The main table: partition scores joined with the macro-averaged instance scores per method."""
+    parts = pd.concat([r.partitions for r in runs], ignore_index=True)
+    board = partition_scores(parts)
+    inst = instance_rows(runs, max_fpr)
+    extra = []
+    for method in board["method"]:
+        mine = inst[inst["method"] == method] if not inst.empty else inst
+        high = mine[mine["duplication"] >= 5] if not mine.empty else mine
+        extra.append({
+            "auc": mean(list(mine["auc"])) if not mine.empty else float("nan"),
+            "auc_dup5": mean(list(high["auc"])) if not high.empty else float("nan"),
+            "tpr_at_fpr_dup5": mean(list(high["tpr_at_fpr"])) if not high.empty else float("nan"),
+            "n_auc": len(mine),
+        })  # fmt: skip
+    return pd.concat([board, pd.DataFrame(extra)], axis=1)
+
+
+def breakdown(parts: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Share of contaminated partitions flagged, per method (rows) and ``by`` value (columns)."""
+    ok = parts[_usable(parts) & parts["truth"].astype(bool)]
+    if ok.empty:
+        return pd.DataFrame()
+    table = ok.assign(flag=ok["contaminated"].astype(float)).pivot_table(
+        index="method", columns=by, values="flag", aggfunc="mean"
+    )
+    return table.sort_index(axis=1)
+
+
+def _fmt(value: float, kind: str = "pct") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if kind == "pct":
+        return f"{100 * value:.0f} %"
+    if kind == "auc":
+        return f"{value:.2f}"
+    if kind == "int":
+        return f"{int(value):,}"
+    return f"{value:.0f}"
+
+
+def render(runs: Sequence[LabelledRun], max_fpr: float = 0.05, note: str = "") -> str:
+    """The scoreboard as Markdown: the main table, then flagged shares by duplication and by kind."""
+    board = scoreboard(runs, max_fpr)
+    parts = pd.concat([r.partitions for r in runs], ignore_index=True)
+    fpr_pct = f"{100 * max_fpr:g} %"
+    lines = [
+        f"| method | family | partitions (contaminated / clean) | accuracy | FPR clean | TPR | TPR dup ≥ 2 | "
+        f"AUC | AUC dup ≥ 5 | TPR@{fpr_pct} FPR dup ≥ 5 | engine tokens | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in board.sort_values(["family", "method"]).iterrows():
+        lines.append(
+            f"| `{r['method']}` | {r['family']} | {r['n_partitions']} ({r['n_contaminated']} / {r['n_clean']}) | "
+            f"{_fmt(r['accuracy'])} | {_fmt(r['fpr'])} | {_fmt(r['tpr'])} | {_fmt(r['tpr_dup2'])} | "
+            f"{_fmt(r['auc'], 'auc')} | {_fmt(r['auc_dup5'], 'auc')} | {_fmt(r['tpr_at_fpr_dup5'])} | "
+            f"{_fmt(r['engine_tokens'], 'int')} | {_fmt(r['seconds'], 'sec')} |"
+        )
+    for by, title in (("duplication", "by duplication count (copies seen)"), ("kind", "by kind of contamination")):
+        table = breakdown(parts, by)
+        if table.empty:
+            continue
+        cols = list(table.columns)
+        lines += ["", f"Share of contaminated partitions flagged, {title}:", "",
+                  "| method | " + " | ".join(f"×{c}" if by == "duplication" else f"`{c}`" for c in cols) + " |",
+                  "|---|" + "---|" * len(cols)]  # fmt: skip
+        for method, row in table.iterrows():
+            lines.append(f"| `{method}` | " + " | ".join(_fmt(row[c]) for c in cols) + " |")
+    inst = instance_rows(runs, max_fpr)
+    for by, title in (("duplication", "by duplication count"), ("kind", "by kind of contamination")):
+        if inst.empty:
+            break
+        table = inst.pivot_table(index="method", columns=by, values="auc", aggfunc="mean").sort_index(axis=1)
+        cols = list(table.columns)
+        lines += ["", f"Instance-level ROC AUC (members against non-members of the same benchmark), {title}:", "",
+                  "| method | " + " | ".join(f"×{c}" if by == "duplication" else f"`{c}`" for c in cols) + " |",
+                  "|---|" + "---|" * len(cols)]  # fmt: skip
+        for method, row in table.iterrows():
+            lines.append(f"| `{method}` | " + " | ".join(_fmt(row[c], "auc") for c in cols) + " |")
+    if note:
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(readme: str | Path, markdown: str) -> None:
+    """Replace the text between the scoreboard markers in ``readme`` (both markers must be there)."""
+    path = Path(readme)
+    text = path.read_text()
+    if START not in text or END not in text or text.index(START) > text.index(END):
+        raise ValueError(
+            f"{path}: no scoreboard section; add the lines {START} and {END} (in that order) where the table goes"
+        )
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{START}\n{markdown.rstrip()}\n{END}{tail}")

@@ -1,0 +1,176 @@
+"""Order structure and the structure-aware sharded likelihood test (issue #7).
+
+Known answers used here:
+- Winogrande's twins are adjacent rows with the same (option1, option2) and opposite answers: counted
+  here straight from the mirrored JSON lines, independently of the adapter;
+- ARC-Challenge's test order has no structure an adjacent-pair check could find;
+- planted near-duplicate neighbours (no declared group) are found and linked, and nothing else is;
+- under ``permute: groups`` every shuffled order keeps every group whole and in its own order.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from contamray.benchmarks import load_records
+from contamray.methods.base import Output, get_method
+from contamray.methods.closed import sharded_likelihood as sl
+from contamray.methods.closed.likelihood_text import serialise
+from contamray.methods.closed.order_structure import STRUCTURE_ALPHA, diagnose
+from contamray.records import Record
+
+METHOD = get_method("sharded_likelihood")
+WORDS = (
+    "apple river stone cloud lamp violin desert pencil harbor tiger garden mirror rocket candle forest "
+    "bottle planet wallet ladder castle"
+).split()
+
+
+def _texts(records: list[Record]) -> list[str]:
+    return [serialise(r, ("input", "label"), "json") for r in records]
+
+
+def _twin_pairs(rows: list[dict]) -> int:
+    """Adjacent rows with the same options and opposite answers, paired greedily from the top."""
+    pairs, i = 0, 0
+    while i < len(rows) - 1:
+        a, b = rows[i], rows[i + 1]
+        if (a["option1"], a["option2"]) == (b["option1"], b["option2"]) and a["answer"] != b["answer"]:
+            pairs += 1
+            i += 2
+        else:
+            i += 1
+    return pairs
+
+
+def test_winogrande_twins_are_declared_groups_and_its_order_is_structured(mirror_dir: Path):
+    records = load_records("winogrande", n=100, sample="first", mirror_dir=mirror_dir).records
+    raw = [json.loads(line) for line in (mirror_dir / "allenai/winogrande/winogrande_xl/validation.jsonl").open()]
+    structure = diagnose(records, _texts(records), seed=0)
+    assert structure.declared_groups == _twin_pairs(raw[:100]) > 15
+    assert structure.structured and structure.p_value < 1e-4
+    assert structure.adjacent_similarity > 2 * structure.random_similarity
+    assert len(structure.units) == 100 - structure.declared_groups - structure.detected_links
+    assert "declared group" in structure.summary()
+
+
+def test_arc_order_has_no_structure(mirror_dir: Path):
+    records = load_records("arc_challenge", n=100, sample="first", mirror_dir=mirror_dir).records
+    structure = diagnose(records, _texts(records), seed=0)
+    assert not structure.structured and structure.p_value > STRUCTURE_ALPHA
+    assert structure.declared_groups == structure.detected_links == 0
+    assert structure.units == [[i] for i in range(100)]
+
+
+def _record(i: int, text: str) -> Record:
+    return Record(id=f"r{i}", partition="bench/default/test", input=text, label=f"answer {i}", reference="",
+                  task="question_answering", order=i)
+
+
+def _planted(n_pairs: int, n_single: int) -> tuple[list[Record], set[int]]:
+    """Distinct texts, with ``n_pairs`` adjacent near-duplicates planted (the second row of each pair)."""
+    texts, seconds = [], set()
+    for i in range(n_pairs + n_single):
+        words = [WORDS[(7 * i + 3 * k) % len(WORDS)] + str((i * 13 + k) % 97) for k in range(8)]
+        texts.append(" ".join(words))
+        if i < n_pairs:
+            seconds.add(len(texts))
+            texts.append(" ".join(words[:-1] + ["different"]))
+    return [_record(i, t) for i, t in enumerate(texts)], seconds
+
+
+def test_undeclared_near_duplicate_neighbours_are_detected_and_linked():
+    records, seconds = _planted(n_pairs=10, n_single=30)
+    structure = diagnose(records, _texts(records), seed=0)
+    assert structure.structured and structure.declared_groups == 0
+    assert structure.detected_links == 10
+    assert sorted(u[1] for u in structure.units if len(u) == 2) == sorted(seconds)
+    plain = diagnose(records, _texts(records), seed=0, detect=False)
+    assert plain.detected_links == 0 and len(plain.units) == len(records)
+
+
+def _grouped(n: int) -> list[Record]:
+    """Rows in pairs declared by ``meta["group"]`` (like Winogrande twins), every fifth row alone."""
+    rows = []
+    for i in range(n):
+        group = f"g{i - 1}" if i % 5 in (1, 3) else f"g{i}"
+        rows.append(Record(id=f"r{i}", partition="bench/default/test", input=f"Sentence {i} about item {i * 7}.",
+                           label=f"option {i % 2}", reference="", task="multiple_choice", order=i,
+                           meta={"group": group}))
+    return rows
+
+
+def test_group_permutations_keep_every_group_whole_and_rows_ignore_them():
+    records = _grouped(40)
+    cfg = METHOD.make_config({"num_shards": 4, "permutations_per_shard": 30, "detect_structure": False})
+    laid = sl.layout(records, cfg)
+    group_of = {r.id: r.meta["group"] for r in records}
+    for shard in laid.shards:
+        groups_in_shard = {group_of[r.id] for r in shard.records}
+        assert len(shard.units) == len(groups_in_shard)  # a shard holds whole groups
+        for order in shard.orders[1:]:
+            ids = [shard.records[i].id for i in order]
+            for unit in shard.units:  # each unit contiguous and in canonical order inside the shuffle
+                unit_ids = [shard.records[i].id for i in unit]
+                start = ids.index(unit_ids[0])
+                assert ids[start : start + len(unit_ids)] == unit_ids
+        assert any(o != shard.orders[0] for o in shard.orders[1:])
+    rows_cfg = METHOD.make_config({"num_shards": 4, "permutations_per_shard": 30, "permute": "rows"})
+    row_shards = sl.layout(records, rows_cfg).shards
+    assert all(len(s.units) == len(s.records) == 10 for s in row_shards)
+    separated = sum(
+        1 for s in row_shards for o in s.orders[1:]
+        if any(abs(o.index(i) - o.index(i + 1)) > 1 for i in range(len(o) - 1)
+               if group_of[s.records[i].id] == group_of[s.records[i + 1].id])
+    )  # fmt: skip
+    assert separated > 0  # row permutations do break the declared pairs
+
+
+def test_bad_permute_names_the_key_and_choices():
+    with pytest.raises(ValueError, match=r"methods.sharded_likelihood.permute: 'pairs'.*groups, rows"):
+        METHOD.make_config({"permute": "pairs"})
+
+
+def _fake_outputs(records: list[Record], cfg) -> dict[str, Output]:
+    """Every request answered with a likelihood that prefers the canonical order (a contaminated model)."""
+    outputs = {}
+    for req in METHOD.requests(records, cfg, 0, {}):
+        jitter = 0.01 * (zlib.crc32(req.key.encode()) % 7)  # shards differ a little, so the t-test has a spread
+        logprob = -1.0 - jitter if req.key.endswith("|canon") else -1.5 - jitter
+        outputs[req.key] = Output(key=req.key, token_logprobs=[logprob] * 20, num_tokens=20)
+    return outputs
+
+
+def test_verdict_names_the_variant_and_the_diagnosis_and_warns_on_rows():
+    records = _grouped(40)
+    for permute, variant in (("groups", "group permutations"), ("rows", "row permutations")):
+        cfg = METHOD.make_config({"num_shards": 4, "permutations_per_shard": 10, "permute": permute})
+        rows = METHOD.score(records, _fake_outputs(records, cfg), cfg)
+        verdict = METHOD.reduce(pd.DataFrame(rows), cfg)
+        assert verdict.details["variant"].startswith(variant)
+        assert verdict.details["order_structure"]["structured"] is True
+        assert verdict.details["order_structure"]["declared_groups"] == 16
+        assert variant in verdict.details["summary"] and "declared group" in verdict.details["summary"]
+        assert verdict.contaminated and verdict.p_value < 0.01
+        assert ("warning_structure" in verdict.details) == (permute == "rows")
+
+
+def test_report_shows_the_variant_and_the_diagnosis_per_partition():
+    from contamray.report.markdown import render_report
+
+    records = _grouped(40)
+    cfg = METHOD.make_config({"num_shards": 4, "permutations_per_shard": 10})
+    verdict = METHOD.reduce(pd.DataFrame(METHOD.score(records, _fake_outputs(records, cfg), cfg)), cfg)
+    partitions = pd.DataFrame([{
+        "model": "m", "partition": verdict.partition, "method": "sharded_likelihood", "contaminated": True,
+        "p_value": verdict.p_value, "rate": None, "statistic": verdict.statistic, "n_examples": 40, "n_failed": 0,
+        "details": json.dumps(verdict.details), "error": "",
+    }])  # fmt: skip
+    report = render_report(partitions, "run: {}")
+    line = next(x for x in report.splitlines() if x.startswith("| m |"))
+    assert "group permutations (structure-aware)" in line and "16 declared group(s)" in line

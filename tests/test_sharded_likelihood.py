@@ -1,0 +1,366 @@
+"""Sharded likelihood (Oren et al. 2023): layout, requests, windows, reduce, and the real detection test.
+
+Known answers used here:
+- the shard sizes of the authors' code (n // k, the first n % k shards one larger);
+- a long text scored in sliding windows gives, token for token, what the model gives each token from
+  the same token context computed directly on the token ids (an independent computation), and every
+  token is scored exactly once;
+- a model fine-tuned on an ARC-Challenge slice in canonical order (``contaminated_model`` in conftest)
+  must be flagged (p < 0.01), and an unseen slice of the same benchmark must not (p > 0.05).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from contamray.engines.hf import HFEngine
+from contamray.methods.base import Output, get_method
+from contamray.methods.closed import sharded_likelihood as sl
+from contamray.methods.closed.likelihood_windows import (
+    Window,
+    assemble,
+    plan_windows,
+    window_requests,
+)
+from contamray.pipeline.actors import answer_requests
+from contamray.records import Record
+
+METHOD = get_method("sharded_likelihood")
+
+
+def rec(i: int, text: str = "", label: str = "", partition: str = "bench/default/test", order: int | None = None):
+    return Record(
+        id=f"r{i}",
+        partition=partition,
+        input=text or f"Question number {i} asks something different.",
+        label=label or f"answer {i}",
+        reference="",
+        task="question_answering",
+        order=i if order is None else order,
+    )
+
+
+def cfg(**kw):
+    return METHOD.make_config(kw)
+
+
+def run_stages(method, records, config, engines):
+    """What the runner does for one cell: stages of requests through answer_requests, then score."""
+    outputs: dict[str, Output] = {}
+    stage = 0
+    while True:
+        reqs = method.requests(records, config, stage, outputs)
+        if not reqs:
+            break
+        by_engine: dict[str, list] = {}
+        for r in reqs:
+            by_engine.setdefault(r.engine, []).append(r)
+        for role, rs in by_engine.items():
+            for out in answer_requests(engines[role], rs):
+                outputs[out.key] = out
+        stage += 1
+    return method.score(records, outputs, config), outputs, stage
+
+
+# ----------------------------------------------------------------------------- layout and requests
+
+
+def test_shard_sizes_follow_the_authors_code():
+    assert sl.shard_counts(100, 15) == [7] * 10 + [6] * 5  # the survey: 100 points, 15 shards
+    assert sl.shard_counts(10, 3) == [4, 3, 3]
+    assert sum(sl.shard_counts(5000, 50)) == 5000
+
+
+def test_canonical_order_and_seeded_shuffles():
+    records = [rec(i) for i in range(12)]
+    shuffled_input = list(reversed(records))
+    a = sl.layout(shuffled_input, cfg(num_shards=3, permutations_per_shard=5))
+    b = sl.layout(records, cfg(num_shards=3, permutations_per_shard=5))
+    assert [r.id for r in a.shards[0].records] == ["r0", "r1", "r2", "r3"]  # Record.order, not input order
+    assert [s.orders for s in a.shards] == [s.orders for s in b.shards]  # same seed -> same shuffles
+    c = sl.layout(records, cfg(num_shards=3, permutations_per_shard=5, seed=1))
+    assert [s.orders for s in c.shards] != [s.orders for s in b.shards]
+    for shard in b.shards:
+        assert shard.orders[0] == [0, 1, 2, 3]
+        assert len(shard.orders) == 6
+        assert all(sorted(o) == [0, 1, 2, 3] for o in shard.orders)
+
+
+def test_repeated_order_is_an_error_naming_the_records():
+    with pytest.raises(ValueError, match="r0.*r1.*share order 0"):
+        sl.layout([rec(0), rec(1, order=0)], cfg())
+
+
+def test_requests_serialise_only_the_configured_fields_and_name_their_records():
+    records = [rec(i, label=f"SECRET{i}") for i in range(6)]
+    reqs = METHOD.requests(records, cfg(num_shards=2, permutations_per_shard=3, fields=["input"]), 0, {})
+    assert len(reqs) == 2 * 4  # shards fit the context: canonical + 3 shuffles each, no probes
+    for r in reqs:
+        assert "SECRET" not in r.text and '{"input": "Question number' in r.text
+        assert r.key.startswith(r.record_ids[0] + "|shard")
+        assert r.kind == "score" and r.engine == "target"
+    canon = next(r for r in reqs if r.key == "r0|shard0|canon")
+    assert canon.record_ids == ("r0", "r1", "r2")
+    line = '{{"input": "Question number {} asks something different."}}\n'
+    assert canon.text == "".join(line.format(i) for i in range(3))
+    assert METHOD.requests(records, cfg(num_shards=2, permutations_per_shard=3), 1, {}) == []
+    both = METHOD.requests(records, cfg(num_shards=2, permutations_per_shard=3, format="text"), 0, {})
+    assert both[0].text.startswith("Question number 0 asks something different.\nSECRET0\n\nQuestion number 1")
+
+
+def test_long_shards_are_probed_then_windowed():
+    long_text = " ".join(["word"] * 300)
+    records = [rec(i, text=long_text + f" {i}") for i in range(4)]
+    config = cfg(num_shards=2, permutations_per_shard=2, context_len=128, stride=64, fields=["input"])
+    stage0 = METHOD.requests(records, config, 0, {})
+    assert sorted(r.key for r in stage0) == [f"r{i}|example|tokens" for i in range(4)]
+    probes = {r.key: Output(key=r.key, num_tokens=301) for r in stage0}  # ~302 tokens each
+    stage1 = METHOD.requests(records, config, 1, probes)
+    keys = {r.key for r in stage1}
+    assert "r0|shard0|canon|w0" in keys and "r0|shard0|canon|w1|ctx" in keys
+    assert all(len(r.text) < len(records[0].input) * 2 for r in stage1)
+    assert METHOD.requests(records, config, 2, probes) == []
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match="fields.*'question'"):
+        cfg(fields=["question"])
+    with pytest.raises(ValueError, match="stride"):
+        cfg(context_len=512, stride=512)
+    with pytest.raises(ValueError, match="num_shards"):
+        cfg(num_shards=0)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        METHOD.make_config({"shards": 3})
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+def test_plan_windows_tiles_the_text_and_cuts_at_whitespace():
+    text = " ".join(f"w{i}" for i in range(400))
+    windows = plan_windows(text, [(0, len(text))], [800], context_len=100, stride=50)
+    assert windows[0].start == windows[0].new_start == 0
+    assert windows[-1].end == len(text)
+    for prev, cur in zip(windows, windows[1:]):
+        assert cur.new_start == prev.end  # new parts tile the text: every character once
+        assert cur.start < cur.new_start  # a context precedes every later window
+        assert text[cur.new_start] == " "  # cut before a space
+    # about 800 tokens in windows of <= 97 with 48 new each
+    assert 14 <= len(windows) <= 18
+    assert plan_windows("short text", [(0, 10)], [3], 100, 50) == [Window(0, 0, 10)]
+
+
+@pytest.fixture(scope="module")
+def base_engine(smollm2_path: str) -> HFEngine:
+    return HFEngine(smollm2_path, dtype="float32", batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    from contamray.engines import resolve_model_path
+
+    return resolve_model_path("smollm2-135m")
+
+
+def test_windowed_scores_equal_token_level_windows(base_engine: HFEngine):
+    """Every token is scored once, with the same context as a direct computation on token ids."""
+    text = (
+        "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single "
+        "step. To be or not to be, that is the question. All that glitters is not gold; fortune favours "
+        "the bold, and the early bird catches the worm while the cat sleeps by the warm fire."
+    )
+    ids = base_engine.encode([text])[0]
+    windows = plan_windows(text, [(0, len(text))], [len(ids)], context_len=24, stride=12)
+    assert len(windows) >= 4
+    reqs = window_requests("t", ("t",), text, windows)
+    outputs = {o.key: o for o in answer_requests(base_engine, reqs)}
+    scored = assemble("t", windows, outputs)
+    assert len(scored.token_logprobs) == len(ids) - 1  # every token but the first, exactly once
+
+    offsets = base_engine.tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+    starts = [a for a, _ in offsets]
+    expected: list[float] = []
+    with torch.inference_mode():
+        for w in windows:
+            first = starts.index(next(s for s in starts if s >= w.start))
+            new = starts.index(next(s for s in starts if s >= w.new_start)) if w.new_start else 1
+            last = len(starts) if w.end == len(text) else starts.index(next(s for s in starts if s >= w.end))
+            window_ids = torch.tensor([ids[first:last]])
+            logp = torch.log_softmax(base_engine.model(input_ids=window_ids).logits[0].float(), dim=-1)
+            for t in range(max(new, first + 1), last):
+                expected.append(float(logp[t - first - 1, ids[t]]))
+    assert scored.token_logprobs == pytest.approx(expected, abs=2e-3)
+
+
+def test_a_text_that_fits_scores_like_the_engine(base_engine: HFEngine):
+    text = "Water boils at 100 degrees Celsius at sea level."
+    outputs = {
+        o.key: o for o in answer_requests(base_engine, window_requests("x", ("x",), text, [Window(0, 0, len(text))]))
+    }
+    assert assemble("x", [Window(0, 0, len(text))], outputs).token_logprobs == pytest.approx(
+        base_engine.score([text])[0].token_logprobs
+    )
+
+
+def test_edge_cases_end_to_end_on_the_real_model(base_engine: HFEngine):
+    """An example longer than the context is windowed, an empty one is an error row, a 1-example shard
+    is skipped with its reason - and the partition still gets a verdict."""
+    long_input = " ".join(f"token{i}" for i in range(200))
+    records = [rec(0, text=long_input)] + [rec(i) for i in range(1, 7)]
+    records.append(dataclasses.replace(rec(7), input="   ", label=""))  # empty example (fields input, label)
+    config = cfg(num_shards=4, permutations_per_shard=3, context_len=96, stride=48)
+    rows, outputs, stages = run_stages(METHOD, records, config, {"target": base_engine})
+    assert stages == 2  # probes, then windows
+    by_id = {r["record_id"]: r for r in rows}
+    assert len(rows) == len(records)  # nothing silently dropped
+    assert "fields ['input', 'label'] are all empty" in by_id["r7"]["error"]
+    assert by_id["r0"]["example_tokens"] > 96 and "longer than context_len=96" in by_id["r0"]["note"]
+    assert by_id["r0"]["n_windows"] > 1 and math.isfinite(by_id["r0"]["d"])
+    # 7 usable examples in 4 shards: sizes 2, 2, 2, 1 -> the last is skipped
+    assert by_id["r6"]["shard_status"].startswith("skipped: shard 3") and "at least 2" in by_id["r6"]["shard_status"]
+    verdict = METHOD.reduce(pd.DataFrame(rows), config)
+    assert verdict.details["n_shards_tested"] == 3
+    assert verdict.details["skipped_shards"][0]["shard"] == 3
+    assert verdict.n_failed == 1 and verdict.p_value is not None
+
+
+# ----------------------------------------------------------------------------- reduce
+
+
+def shard_rows(ds: list[float], partition: str = "bench/default/test") -> list[dict]:
+    rows = []
+    for i, d in enumerate(ds):
+        for j in range(2):
+            rows.append(
+                {
+                    "record_id": f"r{i}_{j}", "partition": partition, "shard": i, "shard_size": 2,
+                    "shard_status": "scored", "canonical_logprob": -10.0 + d, "shuffled_mean": -10.0, "d": d,
+                    "permutation_p": 0.5, "n_permutations": 5, "error": "",
+                }
+            )  # fmt: skip
+    return rows
+
+
+def test_reduce_is_the_t_test_over_shards_not_examples():
+    from contamray.stats.tests import t_test_greater
+
+    ds = [3.0, 1.0, 2.5, 0.5, 4.0]
+    verdict = METHOD.reduce(pd.DataFrame(shard_rows(ds)), cfg())
+    expected = t_test_greater(ds)
+    assert verdict.p_value == pytest.approx(expected.p_value)
+    assert verdict.statistic == pytest.approx(expected.statistic)
+    assert verdict.contaminated and verdict.details["n_shards_tested"] == 5 and verdict.n_examples == 10
+
+
+def test_reduce_with_too_few_shards_says_why():
+    verdict = METHOD.reduce(pd.DataFrame(shard_rows([2.0])), cfg())
+    assert verdict.p_value is None and not verdict.contaminated and "at least 2" in verdict.details["reason"]
+
+
+def test_reduce_refuses_mixed_partitions():
+    rows = shard_rows([1.0, 2.0]) + shard_rows([1.0, 2.0], partition="other/default/test")
+    with pytest.raises(ValueError, match="mixes partitions"):
+        METHOD.reduce(pd.DataFrame(rows), cfg())
+
+
+# ----------------------------------------------------------------------------- the detection test
+
+
+def test_detects_a_partition_fine_tuned_in_order_and_not_an_unseen_one(contaminated_model):
+    """Done-when of issue 3: p < 0.01 on the partition the model was fine-tuned on, p > 0.05 on an unseen
+    partition of the same benchmark (ARC-Challenge questions; the canonical order of an unseen slice has no
+    structure for the model). 25 permutations per shard, as the survey's preset."""
+    engine = HFEngine(contaminated_model.path, dtype="bfloat16", batch_size=16)
+    config = cfg(
+        num_shards=contaminated_model.num_shards, permutations_per_shard=25, fields=list(contaminated_model.fields),
+        format=contaminated_model.format,
+    )  # fmt: skip
+    verdicts = {}
+    for name, records in (("seen", contaminated_model.seen), ("unseen", contaminated_model.unseen)):
+        rows, _, _ = run_stages(METHOD, records, config, {"target": engine})
+        verdicts[name] = METHOD.reduce(pd.DataFrame(rows), config)
+        assert verdicts[name].n_failed == 0
+    seen, unseen = verdicts["seen"], verdicts["unseen"]
+    assert seen.p_value < 0.01 and seen.contaminated, seen.details
+    assert unseen.p_value > 0.05 and not unseen.contaminated, unseen.details
+    assert seen.details["mean_d"] > unseen.details["mean_d"]
+
+
+# ----------------------------------------------------------------------------- backends agree
+
+
+@pytest.mark.slow
+def test_vllm_and_transformers_agree_on_shard_likelihoods(smollm2_path: str, base_engine: HFEngine, mirror_dir):
+    """The same requests (windowed: context 64, stride 32) answered by vLLM and by transformers, both
+    float32, give the same shard log-likelihoods within 1e-3 nats per scored token (the per-token
+    tolerance of tests/test_engines.py, summed). ~1 min: vLLM start-up."""
+    pytest.importorskip("vllm")
+    from contamray.benchmarks import load_records
+    from contamray.engines import EngineSpec, build_engine
+
+    records = load_records("truthfulqa_gen", n=12, mirror_dir=mirror_dir).records
+    config = cfg(num_shards=3, permutations_per_shard=3, context_len=64, stride=32)
+    vllm = build_engine(EngineSpec(source="smollm2-135m", backend="vllm", dtype="float32", max_model_len=1024))
+    try:
+        theirs, _, stages = run_stages(METHOD, records, config, {"target": vllm})
+    finally:
+        vllm.close()
+    ours, _, _ = run_stages(METHOD, records, config, {"target": base_engine})
+    assert stages == 2
+    shards = sl.layout(records, config).shards
+    tokens = {s.index: base_engine.count_tokens(["".join(s.texts)])[0] for s in shards}
+    for a, b in zip(ours, theirs):
+        assert a["record_id"] == b["record_id"] and a["error"] == b["error"] == ""
+        assert a["n_windows"] == b["n_windows"] > 1
+        tol = 1e-3 * tokens[a["shard"]]
+        assert abs(a["canonical_logprob"] - b["canonical_logprob"]) <= tol
+        assert abs(a["shuffled_mean"] - b["shuffled_mean"]) <= tol
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+@pytest.mark.parametrize(
+    "preset, expected",
+    [
+        (
+            "sharded_likelihood",
+            {"num_shards": 15, "permutations_per_shard": 25, "context_len": 1024, "stride": 512, "permute": "groups"},
+        ),
+        (
+            "sharded_likelihood_oren",
+            {"num_shards": 15, "permutations_per_shard": 25, "context_len": 1024, "stride": 512, "permute": "rows"},
+        ),
+        (
+            "sharded_likelihood_paper",
+            {"num_shards": 50, "permutations_per_shard": 250, "context_len": 2048, "stride": 1024, "permute": "rows"},
+        ),
+        ("min_k", {"k": 0.2}),
+        ("min_k_plus_plus", {"k": 0.2}),
+        ("perplexity", {}),
+        ("zlib_ratio", {}),
+        ("lowercase_ratio", {}),
+        ("reference_ratio", {}),
+    ],
+)
+def test_method_presets_compose_into_a_plan(preset: str, expected: dict):
+    from hydra import compose, initialize_config_dir
+
+    from contamray.pipeline.plan import build_plan
+    from contamray.run import CONF_DIR
+
+    overrides = [f"method=[{preset}]", "benchmark=[arc_challenge]", "corpus=none"]
+    if preset == "reference_ratio":  # its second model (engine role "reference")
+        overrides.append("reference_model={source: smollm2-135m}")
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        composed = compose(config_name="config", overrides=overrides)
+    composed.run.output_dir = "unused"
+    plan = build_plan(composed)
+    config = plan.methods[preset].config()
+    for key, value in expected.items():
+        assert getattr(config, key) == value
