@@ -7,6 +7,13 @@ corpus document the evidence is: ``{"doc_id", "start", "end", "unit", "text"}``)
 the document and look. The partition verdict is the same measurement for all of them (``open_verdict``):
 the fraction of contaminated examples, split by type.
 
+The steps are shaped alike too, so their shared parts live here, once: a Config checks its keys with
+``check_config`` (Record fields, then the method's own checks, then ``partition_threshold`` and
+``max_evidence``, which every method has); ``match`` refuses an index built for another config
+(``check_index``) and reads document text through ``doc_texts``; ``score`` groups its match rows with
+``grouped_matches`` and writes each example's row with ``example_row``; the registered class is an
+``OpenMethod`` whose steps are the module's functions (``Steps``).
+
 ``HashTable`` is the benchmark-side lookup structure of the exact matchers: sorted distinct 64-bit keys
 pointing to any number of entries, picklable NumPy arrays, looked up for a whole batch of corpus
 positions with one ``searchsorted``.
@@ -15,13 +22,13 @@ positions with one ``searchsorted``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from contamray.methods.base import Verdict
+from contamray.methods.base import Method, Verdict
 from contamray.records import Record
 
 CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
@@ -49,6 +56,67 @@ def check(method: str, checks: Iterable[tuple[str, bool, str]], cfg: Any) -> Non
     for key, ok, expected in checks:
         if not ok:
             raise ValueError(f"{method}: {key}={getattr(cfg, key)!r} is invalid; expected {expected}")
+
+
+def integer(cfg: Any, key: str, low: int, note: str = "") -> tuple[str, bool, str]:
+    """The check that ``cfg.<key>`` is an integer >= ``low``; ``note`` (e.g. the paper's value) ends the hint."""
+    value = getattr(cfg, key)
+    return key, isinstance(value, int) and value >= low, f"an integer >= {low}" + (f" {note}" if note else "")
+
+
+def set_fields(method: str, cfg: Any, required: Sequence[str] = (), optional: Sequence[str] = ()) -> None:
+    """Turn a frozen Config's field keys into tuples of Record text fields (``check_fields``); each
+    ``required`` key must name at least one."""
+    for key in (*required, *optional):
+        value = check_fields(method, key, getattr(cfg, key), allow_empty=key not in required)
+        object.__setattr__(cfg, key, value)
+
+
+def check_config(
+    method: str,
+    cfg: Any,
+    checks: Iterable[tuple[str, bool, str]],
+    required_fields: Sequence[str] = (),
+    optional_fields: Sequence[str] = (),
+) -> None:
+    """Validate a frozen open-data Config in its ``__post_init__``, in this order.
+
+    The field keys become tuples of Record text fields (``set_fields``), then ``checks`` (see
+    ``check``) and last the two keys every open-data method has: ``partition_threshold`` (a fraction)
+    and ``max_evidence`` (an integer >= 0).
+    """
+    set_fields(method, cfg, required_fields, optional_fields)
+    shared = [
+        ("partition_threshold", 0.0 <= float(cfg.partition_threshold) <= 1.0, "a fraction in [0, 1]"),
+        integer(cfg, "max_evidence", 0),
+    ]
+    check(method, [*checks, *shared], cfg)
+
+
+def check_index(method: str, index: Any, cfg: Any, keys: Sequence[str]) -> None:
+    """Refuse to ``match`` with an index built from another config (its ``keys`` must agree)."""
+    built = {key: getattr(index, key) for key in keys}
+    says = {key: getattr(cfg, key) for key in keys}
+    if built != says:
+        raise ValueError(
+            f"{method}.match: the index was built with {', '.join(f'{k}={v!r}' for k, v in built.items())}, "
+            f"the config says {', '.join(f'{k}={v!r}' for k, v in says.items())}; rebuild the index"
+        )
+
+
+def doc_texts(docs: Sequence[dict[str, Any]], method: str) -> list[str]:
+    """The ``text`` of every document of a batch; a document without str text is an error naming it."""
+    texts = []
+    for i, doc in enumerate(docs):
+        text = doc.get("text")
+        if not isinstance(text, str):
+            raise TypeError(
+                f"{method}.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
+                f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus "
+                "(it skips and reports rows without text) or fix the corpus' text_field"
+            )
+        texts.append(text)
+    return texts
 
 
 def join_fields(record: Record, fields: Sequence[str]) -> str:
@@ -99,10 +167,48 @@ def by_record(rows: Iterable[dict[str, Any]], wanted: set[str]) -> dict[str, lis
     return out
 
 
+def grouped_matches(
+    records: Sequence[Record], matches: Any, needed: Sequence[str], method: str
+) -> dict[str, list[dict[str, Any]]]:
+    """``score``'s match rows (checked for the ``needed`` columns) by record id, for ``records`` only."""
+    return by_record(match_rows(matches, needed, method), {r.id for r in records})
+
+
 def contamination_type(contaminated: bool, label_found: bool) -> str:
     if not contaminated:
         return "clean"
     return "input_and_label" if label_found else "input_only"
+
+
+def example_row(
+    record: Record,
+    columns: dict[str, Any],
+    *,
+    contaminated: bool,
+    label_found: bool,
+    docs: Iterable[str],
+    spans: Iterable[tuple[str, int, int]],
+    unit: str,
+    max_evidence: int,
+    error: str,
+    evidence: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One example's ``score`` row: ``record_id``, ``partition``, the method's ``columns``, then the
+    columns every open-data method has (the decision, its type, the documents, ``evidence`` columns,
+    the merged ``spans`` in ``unit``s, and ``error``)."""
+    doc_ids = sorted({str(d) for d in docs})
+    return {
+        "record_id": record.id,
+        "partition": record.partition,
+        **columns,
+        "contaminated": bool(contaminated),
+        "contamination_type": contamination_type(contaminated, label_found),
+        "n_docs": len(doc_ids),
+        "doc_ids": doc_ids[:max_evidence],
+        **(evidence or {}),
+        "spans": merge_spans(spans, unit, max_evidence),
+        "error": error,
+    }
 
 
 def merge_spans(spans: Iterable[tuple[str, int, int]], unit: str, limit: int) -> list[dict[str, Any]]:
@@ -141,13 +247,19 @@ def fraction(part: int, whole: int) -> float:
 
 
 def open_verdict(
-    method: str, table: Any, partition_threshold: float, details: dict[str, Any] | None = None
+    method: str,
+    table: Any,
+    partition_threshold: float,
+    details: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Verdict:
     """The partition verdict of an open-data method: the fraction of contaminated examples.
 
     ``rate`` (= ``statistic``) is the fraction of contaminated examples among those that did not
     fail; ``contaminated`` is ``rate > partition_threshold`` (default 0: any contaminated example).
-    ``details`` splits it into input-only and input-and-label. ``p_value`` is None: a measurement.
+    ``details`` splits it into input-only and input-and-label, then adds the method's ``details``;
+    ``params`` (the method's parameters) come first, after ``rate_unit``. ``p_value`` is None: a
+    measurement.
     """
     rows = table_rows(table)
     partition = single_partition(rows, method)
@@ -167,6 +279,7 @@ def open_verdict(
         n_failed=len(rows) - len(ok),
         details={
             "rate_unit": "fraction",
+            **(params or {}),
             "partition_threshold": partition_threshold,
             "n_contaminated": n_dirty,
             "n_input_only": n_input_only,
@@ -176,6 +289,39 @@ def open_verdict(
             **(details or {}),
         },
     )
+
+
+class Steps(NamedTuple):
+    """An open-data method's module functions, the steps of ``contamray.methods.base``."""
+
+    build_index: Callable[..., Any]
+    match: Callable[..., list[dict[str, Any]]]
+    score: Callable[..., list[dict[str, Any]]]
+    reduce: Callable[..., Verdict]
+
+
+class OpenMethod(Method):
+    """A registered open-data method whose steps are its module's functions (``steps``).
+
+    Subclasses set ``name``, ``Config`` and ``steps``; ``score`` ignores the runner's extra keyword
+    arguments unless a subclass (a method with a judge) overrides it.
+    """
+
+    family = "open"
+    engine_roles = ()
+    steps: ClassVar[Steps]
+
+    def build_index(self, records: list[Record], cfg: Any) -> Any:
+        return self.steps.build_index(records, cfg)
+
+    def match(self, docs: list[dict[str, Any]], index: Any, cfg: Any) -> list[dict[str, Any]]:
+        return self.steps.match(docs, index, cfg)
+
+    def score(self, records: list[Record], evidence: Any, cfg: Any, **extra: Any) -> list[dict[str, Any]]:
+        return self.steps.score(records, evidence, cfg)
+
+    def reduce(self, table: Any, cfg: Any) -> Verdict:
+        return self.steps.reduce(table, cfg)
 
 
 @dataclass

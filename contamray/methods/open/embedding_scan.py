@@ -64,6 +64,12 @@ class EmbeddingIndex:
         return self._best
 
 
+def build_index(records: list[Record], cfg: Any) -> EmbeddingIndex:
+    """The index for an embedding method's Config (``query_fields``, ``label_fields``, ``model``,
+    ``passage_words``, ``batch_size``)."""
+    return EmbeddingIndex(records, cfg.query_fields, cfg.label_fields, cfg.model, cfg.passage_words, cfg.batch_size)
+
+
 def label_near(doc_words: list[str], passage: emb.Passage, label: np.ndarray) -> bool:
     """Whether the label's normalised words occur in the passage or right after it in its document
     (within twice the label's length plus 16 words: a multi-line answer follows its question line)."""

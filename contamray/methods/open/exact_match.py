@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Method, Verdict, register
+from contamray.methods.base import Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
 from contamray.metrics import ngrams as ng
@@ -63,36 +63,21 @@ class ExactMatchConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        fields = common.check_fields(NAME, "input_fields", self.input_fields, allow_empty=False)
-        object.__setattr__(self, "input_fields", fields)
-        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
-        common.check(
+        common.check_config(
             NAME,
+            self,
             [
                 (
                     "normalization",
                     self.normalization in ng.NORMALIZATIONS,
                     f"one of {', '.join(ng.NORMALIZATIONS)}",
                 ),
-                ("min_words", isinstance(self.min_words, int) and self.min_words >= 1, "an integer >= 1"),
-                (
-                    "label_window",
-                    isinstance(self.label_window, int) and self.label_window >= 0,
-                    "an integer >= 0",
-                ),
-                ("anchor", isinstance(self.anchor, int) and self.anchor >= 1, "an integer >= 1 (8)"),
-                (
-                    "partition_threshold",
-                    0.0 <= float(self.partition_threshold) <= 1.0,
-                    "a fraction in [0, 1]",
-                ),
-                (
-                    "max_evidence",
-                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                    "an integer >= 0",
-                ),
+                common.integer(self, "min_words", 1),
+                common.integer(self, "label_window", 0),
+                common.integer(self, "anchor", 1, "(8)"),
             ],
-            self,
+            required_fields=("input_fields",),
+            optional_fields=("label_fields",),
         )
 
 
@@ -133,11 +118,7 @@ class ExactIndex:
 def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
     """One row per (record, document) where the whole input occurs: first word offset, occurrences,
     and whether (and where) the label follows."""
-    if index.normalization != cfg.normalization:
-        raise ValueError(
-            f"{NAME}.match: the index was built with normalization={index.normalization!r}, the config "
-            f"says {cfg.normalization!r}; rebuild the index"
-        )
+    common.check_index(NAME, index, cfg, ("normalization",))
     if not docs or not index.tables:
         return []
     words, hashes = tokenise_docs(docs, cfg.normalization, NAME)
@@ -183,16 +164,12 @@ def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) 
 
 def score(records: list[Record], matches: Any, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
     """One row per example: found or not, input-only or with its label, documents and word spans."""
-    rows = common.match_rows(matches, ("record_id", "doc_id", "start", "end", "label_found"), NAME)
-    grouped = common.by_record(rows, {r.id for r in records})
+    grouped = common.grouped_matches(records, matches, ("record_id", "doc_id", "start", "end", "label_found"), NAME)
     out = []
     for record in records:
         inp, lab = example_words(record, cfg)
         hits = grouped.get(record.id, [])
         checked = inp.shape[0] >= cfg.min_words
-        contaminated = checked and bool(hits)
-        label_found = any(bool(h["label_found"]) for h in hits)
-        docs = sorted({str(h["doc_id"]) for h in hits})
         spans = [(h["doc_id"], h["start"], h["end"]) for h in hits]
         spans += [(h["doc_id"], h["label_start"], h["label_end"]) for h in hits if h["label_found"]]
         error = ""
@@ -202,20 +179,23 @@ def score(records: list[Record], matches: Any, cfg: ExactMatchConfig) -> list[di
                 f"{', '.join(cfg.input_fields)} "
                 "after normalisation; check the benchmark adapter or input_fields"
             )
+        columns = {
+            "status": "checked" if checked else "too_short",
+            "n_input_words": int(inp.shape[0]),
+            "n_label_words": int(lab.shape[0]),
+        }
         out.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "status": "checked" if checked else "too_short",
-                "n_input_words": int(inp.shape[0]),
-                "n_label_words": int(lab.shape[0]),
-                "contaminated": contaminated,
-                "contamination_type": common.contamination_type(contaminated, label_found),
-                "n_docs": len(docs),
-                "doc_ids": docs[: cfg.max_evidence],
-                "spans": common.merge_spans(spans, "word", cfg.max_evidence),
-                "error": error,
-            }
+            common.example_row(
+                record,
+                columns,
+                contaminated=checked and bool(hits),
+                label_found=any(bool(h["label_found"]) for h in hits),
+                docs=(h["doc_id"] for h in hits),
+                spans=spans,
+                unit="word",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return out
 
@@ -228,23 +208,14 @@ def reduce(table: Any, cfg: ExactMatchConfig) -> Verdict:
     )
 
 
+def build_index(records: list[Record], cfg: ExactMatchConfig) -> ExactIndex:
+    return ExactIndex(cfg, records)
+
+
 @register
-class ExactMatch(Method):
+class ExactMatch(common.OpenMethod):
     """Registered as ``exact_match`` (family ``open``)."""
 
     name = NAME
-    family = "open"
     Config = ExactMatchConfig
-    engine_roles = ()
-
-    def build_index(self, records: list[Record], cfg: ExactMatchConfig) -> ExactIndex:
-        return ExactIndex(cfg, records)
-
-    def match(self, docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) -> list[dict]:
-        return match(docs, index, cfg)
-
-    def score(self, records: list[Record], matches: Any, cfg: ExactMatchConfig, **extra: Any) -> list[dict]:
-        return score(records, matches, cfg)
-
-    def reduce(self, table: Any, cfg: ExactMatchConfig) -> Verdict:
-        return reduce(table, cfg)
+    steps = common.Steps(build_index, match, score, reduce)

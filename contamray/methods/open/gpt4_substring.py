@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Method, Verdict, register
+from contamray.methods.base import Verdict, register
 from contamray.methods.open import common
 from contamray.metrics import rolling
 from contamray.records import Record
@@ -70,25 +70,11 @@ class GPT4SubstringConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "input_fields", common.check_fields(NAME, "input_fields", self.input_fields))
-        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
-        common.check(
+        common.check_config(
             NAME,
-            [
-                ("length", isinstance(self.length, int) and self.length >= 1, "an integer >= 1 (50)"),
-                ("n_samples", isinstance(self.n_samples, int) and self.n_samples >= 1, "an integer >= 1 (3)"),
-                (
-                    "partition_threshold",
-                    0.0 <= float(self.partition_threshold) <= 1.0,
-                    "a fraction in [0, 1]",
-                ),
-                (
-                    "max_evidence",
-                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                    "an integer >= 0",
-                ),
-            ],
             self,
+            [common.integer(self, "length", 1, "(50)"), common.integer(self, "n_samples", 1, "(3)")],
+            optional_fields=("input_fields", "label_fields"),
         )
 
 
@@ -180,15 +166,7 @@ _CACHE = _Cache()
 def _processed(docs: list[dict[str, Any]], lowercase: bool) -> tuple[list[str], rolling.Prefix, np.ndarray]:
     cache = _CACHE
     if cache.docs is not docs or cache.lowercase != lowercase:
-        texts = []
-        for i, doc in enumerate(docs):
-            text = doc.get("text")
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"{NAME}.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
-                    f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus"
-                )
-            texts.append(normalize(text, lowercase))
+        texts = [normalize(text, lowercase) for text in common.doc_texts(docs, NAME)]
         cache.texts = texts
         cache.prefix = rolling.Prefix(rolling.text_codes("".join(texts)))
         cache.ends = np.cumsum([len(t) for t in texts]).astype(np.int64)
@@ -202,11 +180,7 @@ def match(
 ) -> list[dict[str, Any]]:
     """One row per (record, document, sample) found: where (character offset in the processed document),
     how often, and the substring itself."""
-    if index.length != cfg.length or index.lowercase != cfg.lowercase:
-        raise ValueError(
-            f"{NAME}.match: the index was built with length={index.length}, lowercase={index.lowercase} "
-            f"but the config says length={cfg.length}, lowercase={cfg.lowercase}; rebuild the index"
-        )
+    common.check_index(NAME, index, cfg, ("length", "lowercase"))
     if not docs or not index.tables:
         return []
     texts, prefix, ends = _processed(docs, cfg.lowercase)
@@ -244,39 +218,38 @@ def match(
 def score(records: list[Record], matches: Any, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
     """One row per example: samples drawn and found, decision, type, documents and spans (characters of
     the processed document)."""
-    rows = common.match_rows(matches, ("record_id", "doc_id", "sample", "region", "start", "end"), NAME)
-    grouped = common.by_record(rows, {r.id for r in records})
+    grouped = common.grouped_matches(
+        records, matches, ("record_id", "doc_id", "sample", "region", "start", "end"), NAME
+    )
     out = []
     for record in records:
         ex = example_samples(record, cfg)
         hits = grouped.get(record.id, [])
         found = sorted({int(h["sample"]) for h in hits})
-        contaminated = bool(found)
-        label_found = any(h["region"] in ("label", "overlap") for h in hits)
-        docs = sorted({str(h["doc_id"]) for h in hits})
         error = ""
         if not ex.text:
             error = (
                 f"example {record.id!r} of {record.partition!r} has no letters or digits in "
                 f"{', '.join(cfg.input_fields + cfg.label_fields)}; check the adapter or the fields"
             )
+        columns = {
+            "n_chars": len(ex.text),
+            "n_samples": len(ex.samples),
+            "samples": [s.text for s in ex.samples],
+            "samples_found": found,
+        }
         out.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "n_chars": len(ex.text),
-                "n_samples": len(ex.samples),
-                "samples": [s.text for s in ex.samples],
-                "samples_found": found,
-                "contaminated": contaminated,
-                "contamination_type": common.contamination_type(contaminated, label_found),
-                "n_docs": len(docs),
-                "doc_ids": docs[: cfg.max_evidence],
-                "spans": common.merge_spans(
-                    ((h["doc_id"], h["start"], h["end"]) for h in hits), "char", cfg.max_evidence
-                ),
-                "error": error,
-            }
+            common.example_row(
+                record,
+                columns,
+                contaminated=bool(found),
+                label_found=any(h["region"] in ("label", "overlap") for h in hits),
+                docs=(h["doc_id"] for h in hits),
+                spans=((h["doc_id"], h["start"], h["end"]) for h in hits),
+                unit="char",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return out
 
@@ -288,27 +261,14 @@ def reduce(table: Any, cfg: GPT4SubstringConfig) -> Verdict:
     )
 
 
+def build_index(records: list[Record], cfg: GPT4SubstringConfig) -> SubstringIndex:
+    return SubstringIndex(cfg, records)
+
+
 @register
-class GPT4Substring(Method):
+class GPT4Substring(common.OpenMethod):
     """Registered as ``gpt4_substring`` (family ``open``)."""
 
     name = NAME
-    family = "open"
     Config = GPT4SubstringConfig
-    engine_roles = ()
-
-    def build_index(self, records: list[Record], cfg: GPT4SubstringConfig) -> SubstringIndex:
-        return SubstringIndex(cfg, records)
-
-    def match(
-        self, docs: list[dict[str, Any]], index: SubstringIndex, cfg: GPT4SubstringConfig
-    ) -> list[dict]:
-        return match(docs, index, cfg)
-
-    def score(
-        self, records: list[Record], matches: Any, cfg: GPT4SubstringConfig, **extra: Any
-    ) -> list[dict]:
-        return score(records, matches, cfg)
-
-    def reduce(self, table: Any, cfg: GPT4SubstringConfig) -> Verdict:
-        return reduce(table, cfg)
+    steps = common.Steps(build_index, match, score, reduce)

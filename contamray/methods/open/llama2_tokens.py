@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Method, Verdict, register
+from contamray.methods.base import Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
 from contamray.metrics import ngrams as ng
@@ -72,40 +72,25 @@ class Llama2TokensConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "input_fields", common.check_fields(NAME, "input_fields", self.input_fields))
-        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
-        common.check(
+        common.check_config(
             NAME,
+            self,
             [
                 (
                     "tokenizer",
                     isinstance(self.tokenizer, str) and bool(self.tokenizer.strip()),
                     "'words' or a model source",
                 ),
-                ("min_span", isinstance(self.min_span, int) and self.min_span >= 1, "an integer >= 1 (10)"),
-                (
-                    "skip_budget",
-                    isinstance(self.skip_budget, int) and self.skip_budget >= 0,
-                    "an integer >= 0 (4)",
-                ),
+                common.integer(self, "min_span", 1, "(10)"),
+                common.integer(self, "skip_budget", 0, "(4)"),
                 ("clean_below", 0.0 < float(self.clean_below) <= 1.0, "a fraction in (0, 1] (0.2)"),
                 (
                     "dirty_at",
                     float(self.clean_below) <= float(self.dirty_at) <= 1.0,
                     "a fraction in [clean_below, 1]",
                 ),
-                (
-                    "partition_threshold",
-                    0.0 <= float(self.partition_threshold) <= 1.0,
-                    "a fraction in [0, 1]",
-                ),
-                (
-                    "max_evidence",
-                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                    "an integer >= 0",
-                ),
             ],
-            self,
+            optional_fields=("input_fields", "label_fields"),
         )
 
 
@@ -182,16 +167,8 @@ def _doc_tokens(docs: list[dict[str, Any]], tokenizer: str) -> list[np.ndarray]:
         return tokenise_docs(docs, "gpt2", NAME)[1]
     cache = _CACHE
     if cache.docs is not docs or cache.tokenizer != tokenizer:
-        texts = []
-        for i, doc in enumerate(docs):
-            text = doc.get("text")
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"{NAME}.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
-                    f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus"
-                )
-            texts.append(text)
-        cache.tokens, cache.docs, cache.tokenizer = tokenize(texts, tokenizer), docs, tokenizer
+        cache.tokens = tokenize(common.doc_texts(docs, NAME), tokenizer)
+        cache.docs, cache.tokenizer = docs, tokenizer
     return cache.tokens
 
 
@@ -214,12 +191,7 @@ def extend_span(
 def match(docs: list[dict[str, Any]], index: TokenIndex, cfg: Llama2TokensConfig) -> list[dict[str, Any]]:
     """One row per matched span: example token range ``[start, end)``, where it starts in the document
     (token offset), its mismatches, and whether it reaches into the label."""
-    if index.tokenizer != cfg.tokenizer or index.min_span != cfg.min_span:
-        raise ValueError(
-            f"{NAME}.match: the index was built with tokenizer={index.tokenizer!r}, "
-            f"min_span={index.min_span}, "
-            f"the config says tokenizer={cfg.tokenizer!r}, min_span={cfg.min_span}; rebuild the index"
-        )
+    common.check_index(NAME, index, cfg, ("tokenizer", "min_span"))
     if not docs or len(index.table) == 0:
         return []
     doc_tokens = _doc_tokens(docs, cfg.tokenizer)
@@ -271,8 +243,7 @@ def buckets(share: float, cfg: Llama2TokensConfig) -> dict[str, bool]:
 
 def score(records: list[Record], matches: Any, cfg: Llama2TokensConfig) -> list[dict[str, Any]]:
     """One row per example: contaminated-token share, the four buckets, type, documents and spans."""
-    rows = common.match_rows(matches, ("record_id", "doc_id", "start", "end", "doc_start"), NAME)
-    grouped = common.by_record(rows, {r.id for r in records})
+    grouped = common.grouped_matches(records, matches, ("record_id", "doc_id", "start", "end", "doc_start"), NAME)
     out = []
     for record in records:
         tokens, boundary = example_tokens(record, cfg)
@@ -283,38 +254,34 @@ def score(records: list[Record], matches: Any, cfg: Llama2TokensConfig) -> list[
             mask[int(h["start"]) : int(h["end"])] = True
         share = float(mask.mean()) if n else 0.0
         flags = buckets(share, cfg)
-        contaminated = bool(n) and flags["dirty"]
-        label_found = bool(mask[boundary:].any())
-        docs = sorted({str(h["doc_id"]) for h in hits})
         error = ""
         if n == 0:
             error = (
                 f"example {record.id!r} of {record.partition!r} has no tokens in "
                 f"{', '.join(cfg.input_fields + cfg.label_fields)}; check the adapter or the fields"
             )
+        columns = {
+            "n_tokens": n,
+            "n_input_tokens": boundary,
+            "n_contaminated_tokens": int(mask.sum()),
+            "contaminated_share": share,
+            **{f"is_{name}": bool(flags[name]) and bool(n) for name in BUCKETS},
+        }
         out.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "n_tokens": n,
-                "n_input_tokens": boundary,
-                "n_contaminated_tokens": int(mask.sum()),
-                "contaminated_share": share,
-                **{f"is_{name}": bool(flags[name]) and bool(n) for name in BUCKETS},
-                "contaminated": contaminated,
-                "contamination_type": common.contamination_type(contaminated, label_found),
-                "n_docs": len(docs),
-                "doc_ids": docs[: cfg.max_evidence],
-                "spans": common.merge_spans(
-                    (
-                        (h["doc_id"], h["doc_start"], int(h["doc_start"]) + int(h["end"]) - int(h["start"]))
-                        for h in hits
-                    ),
-                    "token",
-                    cfg.max_evidence,
+            common.example_row(
+                record,
+                columns,
+                contaminated=bool(n) and flags["dirty"],
+                label_found=bool(mask[boundary:].any()),
+                docs=(h["doc_id"] for h in hits),
+                spans=(
+                    (h["doc_id"], h["doc_start"], int(h["doc_start"]) + int(h["end"]) - int(h["start"]))
+                    for h in hits
                 ),
-                "error": error,
-            }
+                unit="token",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return out
 
@@ -340,23 +307,14 @@ def reduce(table: Any, cfg: Llama2TokensConfig) -> Verdict:
     return common.open_verdict(NAME, rows, cfg.partition_threshold, details)
 
 
+def build_index(records: list[Record], cfg: Llama2TokensConfig) -> TokenIndex:
+    return TokenIndex(cfg, records)
+
+
 @register
-class Llama2Tokens(Method):
+class Llama2Tokens(common.OpenMethod):
     """Registered as ``llama2_tokens`` (family ``open``)."""
 
     name = NAME
-    family = "open"
     Config = Llama2TokensConfig
-    engine_roles = ()
-
-    def build_index(self, records: list[Record], cfg: Llama2TokensConfig) -> TokenIndex:
-        return TokenIndex(cfg, records)
-
-    def match(self, docs: list[dict[str, Any]], index: TokenIndex, cfg: Llama2TokensConfig) -> list[dict]:
-        return match(docs, index, cfg)
-
-    def score(self, records: list[Record], matches: Any, cfg: Llama2TokensConfig, **extra: Any) -> list[dict]:
-        return score(records, matches, cfg)
-
-    def reduce(self, table: Any, cfg: Llama2TokensConfig) -> Verdict:
-        return reduce(table, cfg)
+    steps = common.Steps(build_index, match, score, reduce)

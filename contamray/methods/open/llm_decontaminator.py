@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.methods.base import Method, Output, Request, Sampling, Verdict, register
+from contamray.methods.base import Output, Request, Sampling, Verdict, register
 from contamray.methods.open import common, embedding_scan
 from contamray.metrics.embedding import MINILM
 from contamray.records import Record
@@ -114,60 +114,34 @@ class LLMDecontaminatorConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        fields = common.check_fields(NAME, "query_fields", self.query_fields, allow_empty=False)
-        object.__setattr__(self, "query_fields", fields)
-        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
-        common.check(
+        common.check_config(
             NAME,
+            self,
             [
                 ("model", isinstance(self.model, str) and bool(self.model), f"a model source ({MINILM})"),
-                ("top_k", isinstance(self.top_k, int) and self.top_k >= 1, "an integer >= 1 (1)"),
+                common.integer(self, "top_k", 1, "(1)"),
                 ("data_type", self.data_type in INSTRUCTIONS, f"one of {', '.join(sorted(INSTRUCTIONS))}"),
                 ("min_similarity", -1.0 <= float(self.min_similarity) <= 1.0, "a cosine in [-1, 1]"),
-                ("max_tokens", isinstance(self.max_tokens, int) and self.max_tokens >= 1, "an integer >= 1"),
+                common.integer(self, "max_tokens", 1),
                 ("temperature", float(self.temperature) >= 0.0, "a number >= 0"),
-                (
-                    "passage_words",
-                    isinstance(self.passage_words, int) and self.passage_words >= 1,
-                    "an integer >= 1",
-                ),
-                ("batch_size", isinstance(self.batch_size, int) and self.batch_size >= 1, "an integer >= 1"),
-                (
-                    "max_candidate_chars",
-                    isinstance(self.max_candidate_chars, int) and self.max_candidate_chars >= 1,
-                    ">= 1",
-                ),
-                (
-                    "partition_threshold",
-                    0.0 <= float(self.partition_threshold) <= 1.0,
-                    "a fraction in [0, 1]",
-                ),
-                (
-                    "max_evidence",
-                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                    "an integer >= 0",
-                ),
+                common.integer(self, "passage_words", 1),
+                common.integer(self, "batch_size", 1),
+                common.integer(self, "max_candidate_chars", 1),
             ],
-            self,
+            required_fields=("query_fields",),
+            optional_fields=("label_fields",),
         )
 
 
 def build_index(records: list[Record], cfg: LLMDecontaminatorConfig) -> embedding_scan.EmbeddingIndex:
-    return embedding_scan.EmbeddingIndex(
-        records, cfg.query_fields, cfg.label_fields, cfg.model, cfg.passage_words, cfg.batch_size
-    )
+    return embedding_scan.build_index(records, cfg)
 
 
 def match(
     docs: list[dict[str, Any]], index: embedding_scan.EmbeddingIndex, cfg: LLMDecontaminatorConfig
 ) -> list[dict[str, Any]]:
     """Rows for passages entering an example's running top-k (with the passage text for the judge)."""
-    if index.model != cfg.model or index.passage_words != cfg.passage_words:
-        raise ValueError(
-            f"{NAME}.match: the index was built with model={index.model!r}, "
-            f"passage_words={index.passage_words}, "
-            f"the config says model={cfg.model!r}, passage_words={cfg.passage_words}; rebuild the index"
-        )
+    common.check_index(NAME, index, cfg, ("model", "passage_words"))
     return embedding_scan.scan(
         docs,
         index,
@@ -187,8 +161,7 @@ def candidates(
     records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig
 ) -> dict[str, list[dict[str, Any]]]:
     """Each example's top-k candidates over the whole corpus (the same on every call)."""
-    rows = common.match_rows(matches, _NEEDED, NAME)
-    grouped = common.by_record(rows, {r.id for r in records})
+    grouped = common.grouped_matches(records, matches, _NEEDED, NAME)
     return {rid: embedding_scan.best_rows(hits, cfg.top_k) for rid, hits in grouped.items()}
 
 
@@ -259,8 +232,6 @@ def score(
                 verdicts.append(parse_answer(o.text))
                 texts.append(o.text)
         positive = [c for c, v in zip(cands, verdicts, strict=True) if v is True]
-        contaminated = bool(positive)
-        label_found = any(bool(c["label_found"]) for c in positive)
         error = ""
         if errors:
             hint = (
@@ -269,25 +240,26 @@ def score(
                 else ""
             )
             error = "; ".join(errors) + hint
+        columns = {
+            "n_candidates": len(cands),
+            "max_similarity": float(cands[0]["similarity"]) if cands else None,
+            "candidate_doc_ids": [str(c["doc_id"]) for c in cands],
+            "judge_answers": texts,
+            "judged_true": sum(v is True for v in verdicts),
+            "judge_invalid": sum(v is None for v in verdicts) - len(errors),
+        }
         out.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "n_candidates": len(cands),
-                "max_similarity": float(cands[0]["similarity"]) if cands else None,
-                "candidate_doc_ids": [str(c["doc_id"]) for c in cands],
-                "judge_answers": texts,
-                "judged_true": sum(v is True for v in verdicts),
-                "judge_invalid": sum(v is None for v in verdicts) - len(errors),
-                "contaminated": contaminated,
-                "contamination_type": common.contamination_type(contaminated, label_found),
-                "n_docs": len({str(c["doc_id"]) for c in positive}),
-                "doc_ids": sorted({str(c["doc_id"]) for c in positive})[: cfg.max_evidence],
-                "spans": common.merge_spans(
-                    ((c["doc_id"], c["start"], c["end"]) for c in positive), "word", cfg.max_evidence
-                ),
-                "error": error,
-            }
+            common.example_row(
+                record,
+                columns,
+                contaminated=bool(positive),
+                label_found=any(bool(c["label_found"]) for c in positive),
+                docs=(c["doc_id"] for c in positive),
+                spans=((c["doc_id"], c["start"], c["end"]) for c in positive),
+                unit="word",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return out
 
@@ -305,21 +277,13 @@ def reduce(table: Any, cfg: LLMDecontaminatorConfig) -> Verdict:
 
 
 @register
-class LLMDecontaminator(Method):
+class LLMDecontaminator(common.OpenMethod):
     """Registered as ``llm_decontaminator`` (family ``open``, needs the ``judge`` engine)."""
 
     name = NAME
-    family = "open"
     Config = LLMDecontaminatorConfig
     engine_roles = ("judge",)
-
-    def build_index(
-        self, records: list[Record], cfg: LLMDecontaminatorConfig
-    ) -> embedding_scan.EmbeddingIndex:
-        return build_index(records, cfg)
-
-    def match(self, docs: list[dict[str, Any]], index: Any, cfg: LLMDecontaminatorConfig) -> list[dict]:
-        return match(docs, index, cfg)
+    steps = common.Steps(build_index, match, score, reduce)
 
     def judge_requests(
         self, records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig
@@ -331,6 +295,3 @@ class LLMDecontaminator(Method):
     ) -> list[dict]:
         """``matches`` positionally; the judge's answers as ``outputs=`` (or ``judge_outputs=``)."""
         return score(records, matches, cfg, outputs=extra.get("outputs", extra.get("judge_outputs")))
-
-    def reduce(self, table: Any, cfg: LLMDecontaminatorConfig) -> Verdict:
-        return reduce(table, cfg)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Method, Verdict, register
+from contamray.methods.base import Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open import ngram_overlap as ngo
 from contamray.metrics import meteor as mt
@@ -79,40 +79,21 @@ class MeteorRecallConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        fields = common.check_fields(NAME, "query_fields", self.query_fields, allow_empty=False)
-        object.__setattr__(self, "query_fields", fields)
-        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
-        common.check(
+        common.check_config(
             NAME,
+            self,
             [
                 ("gamma", 0.0 <= float(self.gamma) <= 1.0, "a number in [0, 1] (0.8)"),
                 ("beta", float(self.beta) >= 0.0, "a number >= 0 (3)"),
                 ("threshold", 0.0 < float(self.threshold) <= 1.0, "a number in (0, 1] (0.75)"),
                 ("label_gamma", 0.0 <= float(self.label_gamma) <= 1.0, "a number in [0, 1]"),
                 ("window_factor", float(self.window_factor) >= 1.0, "a number >= 1 (2)"),
-                (
-                    "prefilter_n",
-                    isinstance(self.prefilter_n, int) and self.prefilter_n >= 1,
-                    "an integer >= 1",
-                ),
-                (
-                    "prefilter_min_matches",
-                    isinstance(self.prefilter_min_matches, int) and self.prefilter_min_matches >= 1,
-                    "an integer >= 1",
-                ),
+                common.integer(self, "prefilter_n", 1),
+                common.integer(self, "prefilter_min_matches", 1),
                 ("min_report_score", 0.0 <= float(self.min_report_score) <= 1.0, "a number in [0, 1]"),
-                (
-                    "partition_threshold",
-                    0.0 <= float(self.partition_threshold) <= 1.0,
-                    "a fraction in [0, 1]",
-                ),
-                (
-                    "max_evidence",
-                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                    "an integer >= 0",
-                ),
             ],
-            self,
+            required_fields=("query_fields",),
+            optional_fields=("label_fields",),
         )
 
     def prefilter(self) -> ngo.NGramOverlapConfig:
@@ -214,11 +195,7 @@ def best_windows(query: list[str], doc: list[str], cfg: MeteorRecallConfig) -> l
 def match(docs: list[dict[str, Any]], index: MeteorIndex, cfg: MeteorRecallConfig) -> list[dict[str, Any]]:
     """One row per (record, candidate document) whose best window scores ``min_report_score`` or more:
     the score, the window (normalised word offsets), the label's and the input's recall in it."""
-    if index.prefilter_n != cfg.prefilter_n:
-        raise ValueError(
-            f"{NAME}.match: the index was built with prefilter_n={index.prefilter_n}, the config says "
-            f"{cfg.prefilter_n}; rebuild the index"
-        )
+    common.check_index(NAME, index, cfg, ("prefilter_n",))
     if not docs or not index.ngrams.tables:
         return []
     words, _ = ngo.tokenise_docs(docs, "gpt2", NAME)
@@ -263,14 +240,13 @@ def match(docs: list[dict[str, Any]], index: MeteorIndex, cfg: MeteorRecallConfi
 
 def score(records: list[Record], matches: Any, cfg: MeteorRecallConfig) -> list[dict[str, Any]]:
     """One row per example: best METEOR recall, decision, input-only or input-and-label, evidence."""
-    rows = common.match_rows(matches, ("record_id", "doc_id", "score", "label_score", "start", "end"), NAME)
-    grouped = common.by_record(rows, {r.id for r in records})
+    grouped = common.grouped_matches(
+        records, matches, ("record_id", "doc_id", "score", "label_score", "start", "end"), NAME
+    )
     out = []
     for record in records:
         hits = sorted(grouped.get(record.id, []), key=lambda h: (-float(h["score"]), str(h["doc_id"])))
         above = [h for h in hits if float(h["score"]) >= cfg.threshold]
-        contaminated = bool(above)
-        label_found = any(float(h["label_score"]) >= cfg.threshold for h in above)
         best = hits[0] if hits else None
         error = ""
         if not _query(record, cfg):
@@ -278,24 +254,23 @@ def score(records: list[Record], matches: Any, cfg: MeteorRecallConfig) -> list[
                 f"example {record.id!r} of {record.partition!r} has no words in "
                 f"{', '.join(cfg.query_fields)}; check the benchmark adapter or query_fields"
             )
+        columns = {
+            "meteor_recall": float(best["score"]) if best else 0.0,
+            "label_recall": float(best["label_score"]) if best else 0.0,
+        }
         out.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "meteor_recall": float(best["score"]) if best else 0.0,
-                "label_recall": float(best["label_score"]) if best else 0.0,
-                "contaminated": contaminated,
-                "contamination_type": common.contamination_type(contaminated, label_found),
-                "n_docs": len({str(h["doc_id"]) for h in above}),
-                "doc_ids": sorted({str(h["doc_id"]) for h in above})[: cfg.max_evidence],
-                "best_doc_id": str(best["doc_id"]) if best else "",
-                "spans": common.merge_spans(
-                    ((h["doc_id"], h["start"], h["end"]) for h in (above or hits[:1])),
-                    "word",
-                    cfg.max_evidence,
-                ),
-                "error": error,
-            }
+            common.example_row(
+                record,
+                columns,
+                contaminated=bool(above),
+                label_found=any(float(h["label_score"]) >= cfg.threshold for h in above),
+                docs=(h["doc_id"] for h in above),
+                evidence={"best_doc_id": str(best["doc_id"]) if best else ""},
+                spans=((h["doc_id"], h["start"], h["end"]) for h in (above or hits[:1])),
+                unit="word",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return out
 
@@ -309,23 +284,14 @@ def reduce(table: Any, cfg: MeteorRecallConfig) -> Verdict:
     )
 
 
+def build_index(records: list[Record], cfg: MeteorRecallConfig) -> MeteorIndex:
+    return MeteorIndex(cfg, records)
+
+
 @register
-class MeteorRecall(Method):
+class MeteorRecall(common.OpenMethod):
     """Registered as ``meteor_recall`` (family ``open``)."""
 
     name = NAME
-    family = "open"
     Config = MeteorRecallConfig
-    engine_roles = ()
-
-    def build_index(self, records: list[Record], cfg: MeteorRecallConfig) -> MeteorIndex:
-        return MeteorIndex(cfg, records)
-
-    def match(self, docs: list[dict[str, Any]], index: MeteorIndex, cfg: MeteorRecallConfig) -> list[dict]:
-        return match(docs, index, cfg)
-
-    def score(self, records: list[Record], matches: Any, cfg: MeteorRecallConfig, **extra: Any) -> list[dict]:
-        return score(records, matches, cfg)
-
-    def reduce(self, table: Any, cfg: MeteorRecallConfig) -> Verdict:
-        return reduce(table, cfg)
+    steps = common.Steps(build_index, match, score, reduce)

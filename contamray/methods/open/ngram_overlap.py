@@ -58,7 +58,6 @@ Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (bench
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Sequence
@@ -67,8 +66,9 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Method, Verdict, register
-from contamray.methods.open.common import HashTable, merge_spans
+from contamray.methods.base import Verdict, register
+from contamray.methods.open import common
+from contamray.methods.open.common import CONTAMINATION_TYPES, HashTable
 from contamray.metrics.ngrams import (
     NORMALIZATIONS,
     TokenBatch,
@@ -81,20 +81,16 @@ from contamray.metrics.ngrams import (
 )
 from contamray.records import Record
 
+NAME = "ngram_overlap"
 REGIONS = ("input", "label", "overlap")
 INPUT, LABEL, OVERLAP = 0, 1, 2
 SHORT_POLICIES = ("whole", "skip")
-CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
 
 # How each example was checked (column ``status`` of ``score``).
 STATUS_NGRAMS = "ngrams"  # at least n words: its n-grams were matched
 STATUS_WHOLE = "whole_example"  # min_words <= words < n: matched as one gram of all its words
 STATUS_TOO_SHORT = "too_short"  # fewer than min_words words (or short_examples="skip"): not checked
 STATUS_EMPTY = "empty"  # no words at all in the chosen fields: an error row
-
-_TEXT_FIELDS = tuple(
-    f.name for f in dataclasses.fields(Record) if f.type in ("str", str) and f.name not in ("id", "partition")
-)
 
 
 @dataclass(frozen=True)
@@ -143,52 +139,31 @@ class NGramOverlapConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("input_fields", "label_fields"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                value = (value,)
-            object.__setattr__(self, name, tuple(value))
-            for f in getattr(self, name):
-                if f not in _TEXT_FIELDS:
-                    raise ValueError(
-                        f"ngram_overlap: {name} names {f!r}, which is not a text field of Record; "
-                        f"choose from {', '.join(_TEXT_FIELDS)}"
-                    )
+        common.set_fields(NAME, self, optional=("input_fields", "label_fields"))
         if not self.input_fields and not self.label_fields:
-            raise ValueError("ngram_overlap: input_fields and label_fields are both empty; name at least one")
-        checks = [
-            ("n", isinstance(self.n, int) and self.n >= 1, "an integer >= 1 (13 GPT-3, 8 GPT-2)"),
-            ("min_matches", isinstance(self.min_matches, int) and self.min_matches >= 1, "an integer >= 1"),
-            ("min_words", isinstance(self.min_words, int) and self.min_words >= 1, "an integer >= 1"),
-            ("normalization", self.normalization in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
-            ("short_examples", self.short_examples in SHORT_POLICIES, f"one of {', '.join(SHORT_POLICIES)}"),
-            (
-                "min_fraction",
-                self.min_fraction is None or 0.0 < float(self.min_fraction) <= 1.0,
-                "null or a fraction in (0, 1] (0.7 PaLM)",
-            ),
-            (
-                "max_doc_frequency",
-                self.max_doc_frequency is None
-                or (isinstance(self.max_doc_frequency, int) and self.max_doc_frequency >= 1),
-                "null or an integer >= 1",
-            ),
-            (
-                "partition_threshold",
-                0.0 <= float(self.partition_threshold) <= 1.0,
-                "a fraction in [0, 1]",
-            ),
-            (
-                "max_evidence",
-                isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                "an integer >= 0",
-            ),
-        ]
-        for key, ok, expected in checks:
-            if not ok:
-                raise ValueError(
-                    f"ngram_overlap: {key}={getattr(self, key)!r} is invalid; expected {expected}"
-                )
+            raise ValueError(f"{NAME}: input_fields and label_fields are both empty; name at least one")
+        common.check_config(
+            NAME,
+            self,
+            [
+                common.integer(self, "n", 1, "(13 GPT-3, 8 GPT-2)"),
+                common.integer(self, "min_matches", 1),
+                common.integer(self, "min_words", 1),
+                ("normalization", self.normalization in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
+                ("short_examples", self.short_examples in SHORT_POLICIES, f"one of {', '.join(SHORT_POLICIES)}"),
+                (
+                    "min_fraction",
+                    self.min_fraction is None or 0.0 < float(self.min_fraction) <= 1.0,
+                    "null or a fraction in (0, 1] (0.7 PaLM)",
+                ),
+                (
+                    "max_doc_frequency",
+                    self.max_doc_frequency is None
+                    or (isinstance(self.max_doc_frequency, int) and self.max_doc_frequency >= 1),
+                    "null or an integer >= 1",
+                ),
+            ],
+        )
 
 
 # --------------------------------------------------------------------------- the benchmark side
@@ -209,14 +184,10 @@ class ExampleGrams:
         return tuple(int(h.shape[0]) for h in self.hashes)  # type: ignore[return-value]
 
 
-def _join_fields(record: Record, names: Sequence[str]) -> str:
-    return " ".join(str(getattr(record, name) or "") for name in names)
-
-
 def example_grams(record: Record, cfg: NGramOverlapConfig) -> ExampleGrams:
     """Split one example into its input / label / overlap grams (see the module docstring)."""
-    wi = word_hashes(_join_fields(record, cfg.input_fields), cfg.normalization)
-    wl = word_hashes(_join_fields(record, cfg.label_fields), cfg.normalization)
+    wi = word_hashes(common.join_fields(record, cfg.input_fields), cfg.normalization)
+    wl = word_hashes(common.join_fields(record, cfg.label_fields), cfg.normalization)
     ni, nl = wi.shape[0], wl.shape[0]
     total = ni + nl
     empty = np.zeros(0, dtype=np.uint64)
@@ -250,7 +221,7 @@ def example_grams_batch(records: Sequence[Record], cfg: NGramOverlapConfig) -> l
     if not records:
         return []
     texts = [
-        t for r in records for t in (_join_fields(r, cfg.input_fields), _join_fields(r, cfg.label_fields))
+        t for r in records for t in (common.join_fields(r, cfg.input_fields), common.join_fields(r, cfg.label_fields))
     ]
     tb = TokenBatch(texts, cfg.normalization)
     start, split, end = tb.doc_starts[0::2], tb.doc_ends[0::2], tb.doc_ends[1::2]
@@ -462,27 +433,17 @@ class _DocCache(threading.local):
 _CACHE = _DocCache()
 
 
-def token_batch(docs: list[dict[str, Any]], style: str, method: str = "ngram_overlap") -> TokenBatch:
+def token_batch(docs: list[dict[str, Any]], style: str, method: str = NAME) -> TokenBatch:
     """The batch's ``TokenBatch`` for ``style`` (built once per batch and normalisation)."""
     cache = _CACHE
     if cache.docs is not docs:
         cache.docs, cache.styles = docs, {}
     if style not in cache.styles:
-        texts = []
-        for i, doc in enumerate(docs):
-            text = doc.get("text")
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"{method}.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
-                    f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus "
-                    "(it skips and reports rows without text) or fix the corpus' text_field"
-                )
-            texts.append(text)
-        cache.styles[style] = TokenBatch(texts, style)
+        cache.styles[style] = TokenBatch(common.doc_texts(docs, method), style)
     return cache.styles[style]
 
 
-def tokenise_docs(docs: list[dict[str, Any]], style: str, method: str = "ngram_overlap") -> tuple[list, list]:
+def tokenise_docs(docs: list[dict[str, Any]], style: str, method: str = NAME) -> tuple[list, list]:
     """Normalised words and word hashes per document of a batch (memoised for the batch).
 
     Shared by every word-level matcher (n-gram overlap, exact match, METEOR's prefilter, Llama-2 word
@@ -513,12 +474,7 @@ def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
     than that many distinct documents (``NGramIndex.note_document``): enough to prove to ``score``
     that it is to be ignored, without a row for every document of a common phrase.
     """
-    if index.n != cfg.n or index.normalization != cfg.normalization:
-        raise ValueError(
-            f"ngram_overlap.match: the index was built with n={index.n}, normalization="
-            f"{index.normalization!r} but the config says n={cfg.n}, normalization={cfg.normalization!r}; "
-            "build the index with the same config"
-        )
+    common.check_index(NAME, index, cfg, ("n", "normalization"))
     if not docs or not index.tables:
         return []
     batch = token_batch(docs, cfg.normalization)
@@ -635,16 +591,9 @@ def _match_columns(matches: Any) -> dict[str, list[Any]]:
     if isinstance(matches, dict):
         missing = [k for k in needed if k not in matches]
         if missing and any(len(v) for v in matches.values()):
-            raise ValueError(f"ngram_overlap.score: match columns {', '.join(missing)} are missing")
+            raise ValueError(f"{NAME}.score: match columns {', '.join(missing)} are missing")
         return {k: list(matches.get(k, [])) for k in needed}
-    rows = list(matches)
-    for i, row in enumerate(rows):
-        missing = [k for k in needed if k not in row]
-        if missing:
-            raise ValueError(
-                f"ngram_overlap.score: match row {i} (record {row.get('record_id')!r}) lacks "
-                f"{', '.join(missing)}; pass the rows returned by ngram_overlap.match"
-            )
+    rows = common.match_rows(matches, needed, NAME)
     return {k: [row[k] for row in rows] for k in needed}
 
 
@@ -694,12 +643,6 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
         contaminated = checked and matched_total >= cfg.min_matches
         if cfg.min_fraction is not None:
             contaminated = contaminated and matched_total >= cfg.min_fraction * total
-        if not contaminated:
-            kind = "clean"
-        elif matched[LABEL] or matched[OVERLAP]:
-            kind = "input_and_label"
-        else:
-            kind = "input_only"
         error = ""
         if grams.status == STATUS_EMPTY:
             fields = ", ".join(cfg.input_fields + cfg.label_fields)
@@ -707,49 +650,39 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
                 f"example {record.id!r} of {record.partition!r} has no words in fields {fields} after "
                 "normalisation; check the benchmark adapter or choose other input_fields/label_fields"
             )
-        docs = sorted(docs_by_record.get(record.id, ()))
+        columns = {
+            "status": grams.status,
+            "n_words": grams.n_words,
+            "ngram_len": grams.gram_len,
+            "n_ngrams": total,
+            "n_input_ngrams": counts[INPUT],
+            "n_label_ngrams": counts[LABEL],
+            "n_overlap_ngrams": counts[OVERLAP],
+            "matched_input": matched[INPUT],
+            "matched_label": matched[LABEL],
+            "matched_overlap": matched[OVERLAP],
+            "matched_total": matched_total,
+            "fraction_matched": matched_total / total if total else None,
+        }
         rows.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "status": grams.status,
-                "n_words": grams.n_words,
-                "ngram_len": grams.gram_len,
-                "n_ngrams": total,
-                "n_input_ngrams": counts[INPUT],
-                "n_label_ngrams": counts[LABEL],
-                "n_overlap_ngrams": counts[OVERLAP],
-                "matched_input": matched[INPUT],
-                "matched_label": matched[LABEL],
-                "matched_overlap": matched[OVERLAP],
-                "matched_total": matched_total,
-                "fraction_matched": matched_total / total if total else None,
-                "contaminated": bool(contaminated),
-                "contamination_type": kind,
-                "n_docs": len(docs),
-                "doc_ids": docs[: cfg.max_evidence],
-                "evidence": sorted(evidence_by_record.get(record.id, ()))[: cfg.max_evidence],
-                "spans": merge_spans(spans_by_record.get(record.id, ()), "word", cfg.max_evidence),
-                "error": error,
-            }
+            common.example_row(
+                record,
+                columns,
+                contaminated=contaminated,
+                label_found=bool(matched[LABEL] or matched[OVERLAP]),
+                docs=docs_by_record.get(record.id, ()),
+                evidence={"evidence": sorted(evidence_by_record.get(record.id, ()))[: cfg.max_evidence]},
+                spans=spans_by_record.get(record.id, ()),
+                unit="word",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return rows
 
 
-def _table_rows(table: Any) -> list[dict[str, Any]]:
-    if hasattr(table, "to_pylist"):  # pyarrow.Table
-        return table.to_pylist()
-    if hasattr(table, "to_dict") and hasattr(table, "columns"):  # pandas.DataFrame
-        return table.to_dict("records")
-    return list(table)
-
-
-def _fraction(part: int, whole: int) -> float:
-    return part / whole if whole else float("nan")
-
-
 def _pct(part: int, whole: int) -> float:
-    return 100.0 * _fraction(part, whole)
+    return 100.0 * common.fraction(part, whole)
 
 
 def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
@@ -767,80 +700,38 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
     answers leaked) and gives GPT-2's statistic, the percentage of the partition's n-grams found in
     the corpus. ``p_value`` is None: this is a measurement, not a test.
     """
-    rows = _table_rows(table)
-    if not rows:
-        raise ValueError("ngram_overlap.reduce: the table is empty; score at least one example")
-    partitions = sorted({str(r.get("partition")) for r in rows})
-    if len(partitions) != 1:
-        raise ValueError(
-            f"ngram_overlap.reduce: one partition at a time, got {len(partitions)}: "
-            f"{', '.join(partitions[:5])}"
-        )
+    rows = common.table_rows(table)
     ok = [r for r in rows if not r.get("error")]
-    n_failed = len(rows) - len(ok)
-    n_dirty = sum(bool(r.get("contaminated")) for r in ok)
-    n_input_only = sum(r.get("contamination_type") == "input_only" for r in ok)
-    n_both = sum(r.get("contamination_type") == "input_and_label" for r in ok)
-    n_unchecked = sum(r.get("status") == STATUS_TOO_SHORT for r in ok)
-    n_whole = sum(r.get("status") == STATUS_WHOLE for r in ok)
     ngrams_total = sum(int(r.get("n_ngrams") or 0) for r in ok)
     ngrams_matched = sum(int(r.get("matched_total") or 0) for r in ok)
-    rate = _fraction(n_dirty, len(ok))
-    return Verdict(
-        method=NGramOverlap.name,
-        partition=partitions[0],
-        statistic=rate,
-        contaminated=bool(ok) and rate > cfg.partition_threshold,
-        p_value=None,
-        rate=rate,
-        n_examples=len(rows),
-        n_failed=n_failed,
+    return common.open_verdict(
+        NAME,
+        rows,
+        cfg.partition_threshold,
         details={
-            "rate_unit": "fraction",
+            "n_too_short": sum(r.get("status") == STATUS_TOO_SHORT for r in ok),
+            "n_whole_example": sum(r.get("status") == STATUS_WHOLE for r in ok),
+            "n_ngrams": ngrams_total,
+            "n_ngrams_matched": ngrams_matched,
+            "ngram_overlap_pct": _pct(ngrams_matched, ngrams_total),
+        },
+        params={
             "n": cfg.n,
             "min_matches": cfg.min_matches,
             "min_fraction": cfg.min_fraction,
             "max_doc_frequency": cfg.max_doc_frequency,
             "normalization": cfg.normalization,
-            "partition_threshold": cfg.partition_threshold,
-            "n_contaminated": n_dirty,
-            "n_input_only": n_input_only,
-            "n_input_and_label": n_both,
-            "input_only_rate": _fraction(n_input_only, len(ok)),
-            "input_and_label_rate": _fraction(n_both, len(ok)),
-            "n_too_short": n_unchecked,
-            "n_whole_example": n_whole,
-            "n_ngrams": ngrams_total,
-            "n_ngrams_matched": ngrams_matched,
-            "ngram_overlap_pct": _pct(ngrams_matched, ngrams_total),
         },
     )
 
 
 @register
-class NGramOverlap(Method):
+class NGramOverlap(common.OpenMethod):
     """Registered as ``ngram_overlap`` (family ``open``); the steps are the module functions."""
 
-    name = "ngram_overlap"
-    family = "open"
+    name = NAME
     Config = NGramOverlapConfig
-    engine_roles = ()
-
-    def build_index(self, records: list[Record], cfg: NGramOverlapConfig) -> NGramIndex:
-        return build_index(records, cfg)
-
-    def match(
-        self, docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
-    ) -> list[dict[str, Any]]:
-        return match(docs, index, cfg)
-
-    def score(
-        self, records: list[Record], matches: Any, cfg: NGramOverlapConfig, **extra: Any
-    ) -> list[dict[str, Any]]:
-        return score(records, matches, cfg)
-
-    def reduce(self, table: Any, cfg: NGramOverlapConfig) -> Verdict:
-        return reduce(table, cfg)
+    steps = common.Steps(build_index, match, score, reduce)
 
 
 __all__ = [

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.methods.base import Method, Verdict, register
+from contamray.methods.base import Verdict, register
 from contamray.methods.open import common, embedding_scan
 from contamray.metrics.embedding import MINILM
 from contamray.records import Record
@@ -61,39 +61,22 @@ class PlatypusConfig:
     max_evidence: int = 5
 
     def __post_init__(self) -> None:
-        fields = common.check_fields(NAME, "query_fields", self.query_fields, allow_empty=False)
-        object.__setattr__(self, "query_fields", fields)
-        object.__setattr__(self, "label_fields", common.check_fields(NAME, "label_fields", self.label_fields))
-        common.check(
+        common.check_config(
             NAME,
+            self,
             [
                 ("model", isinstance(self.model, str) and bool(self.model), f"a model source ({MINILM})"),
                 ("threshold", -1.0 <= float(self.threshold) <= 1.0, "a cosine similarity in [-1, 1] (0.8)"),
-                (
-                    "passage_words",
-                    isinstance(self.passage_words, int) and self.passage_words >= 1,
-                    "an integer >= 1",
-                ),
-                ("batch_size", isinstance(self.batch_size, int) and self.batch_size >= 1, "an integer >= 1"),
-                (
-                    "partition_threshold",
-                    0.0 <= float(self.partition_threshold) <= 1.0,
-                    "a fraction in [0, 1]",
-                ),
-                (
-                    "max_evidence",
-                    isinstance(self.max_evidence, int) and self.max_evidence >= 0,
-                    "an integer >= 0",
-                ),
+                common.integer(self, "passage_words", 1),
+                common.integer(self, "batch_size", 1),
             ],
-            self,
+            required_fields=("query_fields",),
+            optional_fields=("label_fields",),
         )
 
 
 def build_index(records: list[Record], cfg: PlatypusConfig) -> embedding_scan.EmbeddingIndex:
-    return embedding_scan.EmbeddingIndex(
-        records, cfg.query_fields, cfg.label_fields, cfg.model, cfg.passage_words, cfg.batch_size
-    )
+    return embedding_scan.build_index(records, cfg)
 
 
 def match(
@@ -101,12 +84,7 @@ def match(
 ) -> list[dict]:
     """Rows for every (example, passage) at or above the threshold, and for passages that become an
     example's most similar one in this worker (so the top-1 is known even when it is below)."""
-    if index.model != cfg.model or index.passage_words != cfg.passage_words:
-        raise ValueError(
-            f"{NAME}.match: the index was built with model={index.model!r}, "
-            f"passage_words={index.passage_words}, "
-            f"the config says model={cfg.model!r}, passage_words={cfg.passage_words}; rebuild the index"
-        )
+    common.check_index(NAME, index, cfg, ("model", "passage_words"))
     return embedding_scan.scan(
         docs,
         index,
@@ -121,37 +99,34 @@ def match(
 
 def score(records: list[Record], matches: Any, cfg: PlatypusConfig) -> list[dict[str, Any]]:
     """One row per example: the top-1 similarity over the corpus, decision, type and evidence."""
-    rows = common.match_rows(
-        matches, ("record_id", "doc_id", "similarity", "start", "end", "label_found"), NAME
+    grouped = common.grouped_matches(
+        records, matches, ("record_id", "doc_id", "similarity", "start", "end", "label_found"), NAME
     )
-    grouped = common.by_record(rows, {r.id for r in records})
     out = []
     for record in records:
         hits = grouped.get(record.id, [])
         top = embedding_scan.best_rows(hits, 1)
         above = [h for h in hits if float(h["similarity"]) >= cfg.threshold]
-        contaminated = bool(above)
-        label_found = any(bool(h["label_found"]) for h in above)
-        docs = sorted({str(h["doc_id"]) for h in above})
         error = ""
         if not common.query_text(record, cfg.query_fields).strip():
             error = f"example {record.id!r} of {record.partition!r} has empty {', '.join(cfg.query_fields)}"
+        columns = {
+            "max_similarity": float(top[0]["similarity"]) if top else None,
+            "nearest_doc_id": str(top[0]["doc_id"]) if top else "",
+            "nearest_passage": str(top[0].get("passage", "")) if top else "",
+        }
         out.append(
-            {
-                "record_id": record.id,
-                "partition": record.partition,
-                "max_similarity": float(top[0]["similarity"]) if top else None,
-                "nearest_doc_id": str(top[0]["doc_id"]) if top else "",
-                "nearest_passage": str(top[0].get("passage", "")) if top else "",
-                "contaminated": contaminated,
-                "contamination_type": common.contamination_type(contaminated, label_found),
-                "n_docs": len(docs),
-                "doc_ids": docs[: cfg.max_evidence],
-                "spans": common.merge_spans(
-                    ((h["doc_id"], h["start"], h["end"]) for h in above), "word", cfg.max_evidence
-                ),
-                "error": error,
-            }
+            common.example_row(
+                record,
+                columns,
+                contaminated=bool(above),
+                label_found=any(bool(h["label_found"]) for h in above),
+                docs=(h["doc_id"] for h in above),
+                spans=((h["doc_id"], h["start"], h["end"]) for h in above),
+                unit="word",
+                max_evidence=cfg.max_evidence,
+                error=error,
+            )
         )
     return out
 
@@ -163,22 +138,9 @@ def reduce(table: Any, cfg: PlatypusConfig) -> Verdict:
 
 
 @register
-class PlatypusEmbedding(Method):
+class PlatypusEmbedding(common.OpenMethod):
     """Registered as ``platypus_embedding`` (family ``open``)."""
 
     name = NAME
-    family = "open"
     Config = PlatypusConfig
-    engine_roles = ()
-
-    def build_index(self, records: list[Record], cfg: PlatypusConfig) -> embedding_scan.EmbeddingIndex:
-        return build_index(records, cfg)
-
-    def match(self, docs: list[dict[str, Any]], index: Any, cfg: PlatypusConfig) -> list[dict]:
-        return match(docs, index, cfg)
-
-    def score(self, records: list[Record], matches: Any, cfg: PlatypusConfig, **extra: Any) -> list[dict]:
-        return score(records, matches, cfg)
-
-    def reduce(self, table: Any, cfg: PlatypusConfig) -> Verdict:
-        return reduce(table, cfg)
+    steps = common.Steps(build_index, match, score, reduce)
