@@ -174,3 +174,64 @@ def test_report_shows_the_variant_and_the_diagnosis_per_partition():
     report = render_report(partitions, "run: {}")
     line = next(x for x in report.splitlines() if x.startswith("| m |"))
     assert "group permutations (structure-aware)" in line and "16 declared group(s)" in line
+
+
+# ----------------------------------------------------------------------------- the real situation of issue #7
+
+FINETUNE = {"seen": (0, 60), "other": (600, 700), "clean": (200, 260), "epochs": 3, "lr": 3e-4, "max_length": 1024}
+
+
+@pytest.fixture(scope="module")
+def winogrande_finetune(mirror_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """SmolLM2-135M fine-tuned on Winogrande rows: 100 "training" rows (allowed: a train split) and a
+    60-row slice in canonical order, once in the stream. ~2 min of CPU training on 2 quiet cores."""
+    import dataclasses
+
+    from contamray.engines import resolve_model_path
+    from contamray.engines.hf import HFEngine
+    from contamray.inject import finetune_causal_lm
+    from contamray.methods.closed.likelihood_text import EXAMPLE_END
+
+    rows = load_records("winogrande", mirror_dir=mirror_dir).records
+
+    def part(name: str) -> list[Record]:
+        a, b = FINETUNE[name]
+        return [dataclasses.replace(r, partition=f"{r.partition}:rows{a}-{b - 1}") for r in rows[a:b]]
+
+    def file_text(records: list[Record]) -> str:
+        return "".join(serialise(r, ("input", "label"), "json") + EXAMPLE_END["json"] for r in records)
+
+    other = part("other")
+    texts = [file_text(part("seen"))] + [file_text(other[i : i + 50]) for i in range(0, len(other), 50)]
+    path = finetune_causal_lm(
+        resolve_model_path("smollm2-135m"), texts, tmp_path_factory.mktemp("wino") / "model",
+        epochs=FINETUNE["epochs"], lr=FINETUNE["lr"], batch_size=1, seed=0, max_length=FINETUNE["max_length"],
+    )  # fmt: skip
+    return HFEngine(path, dtype="bfloat16", batch_size=16), part("seen"), part("clean")
+
+
+def _p(engine, records: list[Record], permute: str):
+    from tests.test_sharded_likelihood import run_stages
+
+    cfg = METHOD.make_config({"num_shards": 6, "permutations_per_shard": 15, "permute": permute})
+    rows, _, _ = run_stages(METHOD, records, cfg, {"target": engine})
+    verdict = METHOD.reduce(pd.DataFrame(rows), cfg)
+    assert verdict.n_failed == 0 and verdict.details["n_shards_tested"] == 6
+    return verdict
+
+
+def test_structure_aware_default_clears_clean_rows_that_oren_flags_and_still_flags_the_seen_slice(
+    winogrande_finetune,
+):
+    """Done-when of issue #7: on a model fine-tuned on other Winogrande rows, a clean slice is flagged by
+    Oren et al.'s row permutations (their false positive, reproduced) but not by the default group
+    permutations (p > 0.05); the slice the model saw once in canonical order stays flagged (p < 0.01)."""
+    engine, seen, clean = winogrande_finetune
+    oren_clean = _p(engine, clean, "rows")
+    default_clean = _p(engine, clean, "groups")
+    default_seen = _p(engine, seen, "groups")
+    assert oren_clean.p_value < 0.05 and oren_clean.contaminated, oren_clean.details["shards"]
+    assert "warning_structure" in oren_clean.details
+    assert default_clean.p_value > 0.05 and not default_clean.contaminated, default_clean.details["shards"]
+    assert default_seen.p_value < 0.01 and default_seen.contaminated, default_seen.details["shards"]
+    assert default_clean.details["order_structure"]["declared_groups"] > 5

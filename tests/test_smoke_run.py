@@ -80,6 +80,9 @@ def test_guided_prompting_produces_real_completions_and_a_test(smoke_run):
     partitions = pd.read_parquet(out / "partitions.parquet")
     for _, row in partitions[partitions["method"] == "guided_prompting"].iterrows():
         assert 0.0 <= row["p_value"] <= 1.0
+        # cost: each example's guided + general (+ judge) prompts and completions, > 40 tokens apiece
+        assert row["engine_tokens"] > 40 * 2 * row["n_examples"] - 40 * 2 * row["n_failed"] and row["seconds"] > 0
+    assert arc["engine_tokens"].gt(80).all() and arc["engine_seconds"].gt(0).all()
 
 
 def test_bad_rows_are_recorded_not_fatal(smoke_run):

@@ -56,7 +56,11 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
     texts = [r.text for r in reqs]
     if kind == "generate":
         completions = engine.generate(texts, option)
-        return [Output(key=r.key, text=t) for r, t in zip(reqs, completions, strict=True)]
+        # tokens the engine processed (prompt + completion): the request's cost
+        counts = engine.count_tokens([p + c for p, c in zip(texts, completions, strict=True)])
+        return [
+            Output(key=r.key, text=t, num_tokens=int(n)) for r, t, n in zip(reqs, completions, counts, strict=True)
+        ]
     scores = engine.score(texts, with_vocab_stats=bool(option))
     return [
         Output(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -159,6 +160,7 @@ def _score_closed_model(
     outputs: dict[str, dict[str, Output]] = {c.key: {} for c in cells}
     request_records: dict[str, dict[str, tuple[str, ...]]] = {c.key: {} for c in cells}
     cell_errors: dict[str, str] = {}
+    costs = EngineCosts()
     active, stage = list(cells), 0
     while active:
         by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
@@ -182,7 +184,10 @@ def _score_closed_model(
                 by_pool[pool.name].append((cell.key, req))
         for pool_name, items in by_pool.items():
             log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
-            for cell_key, out in run_engine_pass(pools[pool_name], items, plan.ray):
+            started = time.perf_counter()
+            answered = run_engine_pass(pools[pool_name], items, plan.ray)
+            costs.add_pass(answered, request_records, time.perf_counter() - started)
+            for cell_key, out in answered:
                 outputs[cell_key][out.key] = out
         active = still_active
         stage += 1
@@ -194,7 +199,7 @@ def _score_closed_model(
             ids = {r.id for r in chunk}
             outs = [o.to_row() for key, o in outputs[cell.key].items() if ids & set(request_records[cell.key][key])]
             payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
-    _score_cells(plan, cells, payloads, records, failures, store, cell_errors, injections.members(model_name))
+    _score_cells(plan, cells, payloads, records, failures, store, cell_errors, injections.members(model_name), costs)
     _reduce(plan, _ready_to_reduce(plan, cells, store), store, injections)
 
 
@@ -317,6 +322,7 @@ def _score_cells(
     store: ResultStore,
     cell_errors: dict[str, str],
     members: set[str] | None = None,
+    costs: EngineCosts | None = None,
 ) -> None:
     rows_by_cell: dict[str, list[dict]] = defaultdict(list)
     if payloads:
@@ -343,6 +349,8 @@ def _score_cells(
             table["error"] = ""
         table["error"] = table["error"].fillna("").astype(str)
         _add_membership(table, records.get(cell.benchmark, []), members)
+        if costs is not None and "record_id" in table.columns:
+            costs.add_columns(cell.key, table)
         store.put_examples(cell, plan.cell_hash(cell), table)
 
 
@@ -355,6 +363,44 @@ def _ready_to_reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> list[
         and all(store.has_examples(plan.cell_hash(d)) for d in plan.dependencies(c))
         and (c in cells or any(d in cells for d in plan.dependencies(c)))
     ]
+
+
+class EngineCosts:
+    """What each example cost on the engines: tokens processed and a share of the engine pass's wall time.
+
+    A request's tokens (scored tokens, or prompt + completion for a generation) are split evenly among
+    the records it serves; a pass's wall time among its requests in proportion to their tokens. Stored
+    per example (``engine_tokens``, ``engine_seconds``), summed per cell into the verdict.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    def add_pass(
+        self, answered: list[tuple[str, Output]], request_records: dict[str, dict[str, tuple[str, ...]]], seconds: float
+    ) -> None:
+        total = sum(max(out.num_tokens, 1) for _, out in answered) or 1
+        for cell_key, out in answered:
+            ids = request_records.get(cell_key, {}).get(out.key) or ()
+            for rid in ids:
+                self.tokens[cell_key][rid] += out.num_tokens / len(ids)
+                self.seconds[cell_key][rid] += seconds * max(out.num_tokens, 1) / total / len(ids)
+
+    def add_columns(self, cell_key: str, table: pd.DataFrame) -> None:
+        tokens, seconds = self.tokens.get(cell_key, {}), self.seconds.get(cell_key, {})
+        table["engine_tokens"] = table["record_id"].map(lambda rid: tokens.get(str(rid), 0.0)).astype(float)
+        table["engine_seconds"] = table["record_id"].map(lambda rid: seconds.get(str(rid), 0.0)).astype(float)
+
+
+def cell_cost(examples: pd.DataFrame) -> dict[str, float]:
+    """A cell's engine cost from its examples (empty when the cell used no engine)."""
+    if "engine_tokens" not in examples.columns:
+        return {}
+    return {
+        "engine_tokens": float(pd.to_numeric(examples["engine_tokens"], errors="coerce").sum()),
+        "seconds": float(pd.to_numeric(examples["engine_seconds"], errors="coerce").sum()),
+    }
 
 
 def _add_membership(table: pd.DataFrame, records: list[Record], members: set[str] | None) -> None:
@@ -382,6 +428,7 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
         pending.append((cell, _reduce_cell.remote(mp.method_name, mp.label, mp.params, table)))
     for cell, ref in pending:
         verdict = ray.get(ref)
+        verdict.update(cell_cost(store.load_examples(plan.cell_hash(cell))))
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, str(verdict.get("partition", "")))
             if truth is not None:
