@@ -72,6 +72,7 @@ from typing import Any
 import numpy as np
 
 from contamray.methods.base import Method, Output, Request, Sampling, Verdict, register
+from contamray.methods.closed.cell_rows import output_map, rows_of
 from contamray.methods.closed.guided_prompts import (
     JUDGE_STOP,
     build_prompts,
@@ -325,20 +326,6 @@ def _bleurt_scores(references: list[str], candidates: list[str], cfg: Config) ->
 # ----------------------------------------------------------------------------- the method
 
 
-def _output_map(outputs: Mapping[str, Output] | Iterable[Output]) -> dict[str, Output]:
-    if isinstance(outputs, Mapping):
-        return {k: (v if isinstance(v, Output) else Output.from_row(v)) for k, v in outputs.items()}
-    return {o.key: o for o in outputs}
-
-
-def _rows_of(table: Any) -> list[dict[str, Any]]:
-    if hasattr(table, "to_dict") and hasattr(table, "columns"):  # pandas
-        return table.to_dict("records")
-    if hasattr(table, "to_pylist"):  # pyarrow
-        return table.to_pylist()
-    return [dict(r) for r in table]
-
-
 def _failed(row: Mapping[str, Any]) -> bool:
     error = row.get("error")
     return isinstance(error, str) and bool(error.strip())
@@ -377,7 +364,7 @@ class GuidedPrompting(Method):
         if stage == 0:
             return self._generation_requests(records, cfg)
         if stage == 1 and cfg.judge:
-            return self._judge_requests(records, cfg, _output_map(outputs or {}))
+            return self._judge_requests(records, cfg, output_map(outputs or {}))
         return []
 
     def _generation_requests(self, records: list[Record], cfg: Config) -> list[Request]:
@@ -441,7 +428,7 @@ class GuidedPrompting(Method):
         self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Config
     ) -> list[dict[str, Any]]:
         """One row per record: pieces, both completions, ROUGE-L F1 (and BLEURT), judge verdict, error."""
-        got = _output_map(outputs)
+        got = output_map(outputs)
         rows = []
         for record in records:
             row: dict[str, Any] = {
@@ -515,7 +502,7 @@ class GuidedPrompting(Method):
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
         """Algorithm 1 (bootstrap on ROUGE-L), Algorithm 2 (judge counts) and the configured decision."""
-        rows = _rows_of(table)
+        rows = rows_of(table)
         partitions = sorted({str(r.get("partition", "")) for r in rows})
         if len(partitions) > 1:
             raise ValueError(

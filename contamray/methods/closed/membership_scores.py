@@ -63,6 +63,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
 from contamray.methods.closed.likelihood_windows import (
     Scored,
@@ -181,38 +182,6 @@ def zlib_bytes(text: str) -> int:
 # ----------------------------------------------------------------------------- shared machinery
 
 
-def _output_map(outputs: Mapping[str, Output] | Iterable[Output]) -> dict[str, Output]:
-    if isinstance(outputs, Mapping):
-        return dict(outputs)
-    return {o.key: o for o in outputs}
-
-
-def _rows_of(table: Any) -> list[dict[str, Any]]:
-    if hasattr(table, "to_dict") and hasattr(table, "columns"):
-        return table.to_dict(orient="records")
-    return [dict(r) for r in table]
-
-
-def _missing(value: Any) -> bool:
-    """None, NaN or pandas' NA (a missing ``member`` / ``is_reference`` cell)."""
-    if value is None:
-        return True
-    try:
-        return bool(value != value)
-    except TypeError:  # pandas.NA refuses to be a bool
-        return True
-
-
-def _finite(value: Any) -> float | None:
-    if _missing(value):
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _failed(row: Mapping[str, Any]) -> bool:
     error = row.get("error")
     return isinstance(error, str) and bool(error.strip())
@@ -250,7 +219,7 @@ class MembershipMethod(Method):
     def requests(
         self, records: list[Record], cfg: MembershipConfig, stage: int, outputs: dict[str, Output]
     ) -> list[Request]:
-        got = _output_map(outputs or {})
+        got = output_map(outputs or {})
         out: list[Request] = []
         for record in records:
             if is_empty(record, cfg.fields):
@@ -286,7 +255,7 @@ class MembershipMethod(Method):
         self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Any, **_: Any
     ) -> list[dict[str, Any]]:
         """One row per record: ``score`` (higher = more likely seen) and the method's columns."""
-        got = _output_map(outputs)
+        got = output_map(outputs)
         rows = []
         for record in records:
             row: dict[str, Any] = {
@@ -344,9 +313,9 @@ class MembershipMethod(Method):
         return []
 
     def reduce(self, table: Any, cfg: MembershipConfig) -> Verdict:
-        rows = _rows_of(table)
-        own = [r for r in rows if not _truthy(r.get("is_reference"))]
-        ref = [r for r in rows if _truthy(r.get("is_reference"))]
+        rows = rows_of(table)
+        own = [r for r in rows if not truthy(r.get("is_reference"))]
+        ref = [r for r in rows if truthy(r.get("is_reference"))]
         partitions = sorted({str(r.get("partition", "")) for r in own})
         if len(partitions) > 1:
             raise ValueError(
@@ -392,8 +361,8 @@ class MembershipMethod(Method):
 
     @staticmethod
     def _test_column(own: list[dict], ref: list[dict], column: str) -> dict[str, Any]:
-        mine = [(r, _finite(r.get(column))) for r in own if not _failed(r)]
-        theirs = [(r, _finite(r.get(column))) for r in ref if not _failed(r)]
+        mine = [(r, finite(r.get(column))) for r in own if not _failed(r)]
+        theirs = [(r, finite(r.get(column))) for r in ref if not _failed(r)]
         mine = [(r, v) for r, v in mine if v is not None]
         theirs = [(r, v) for r, v in theirs if v is not None]
         result: dict[str, Any] = {
@@ -405,10 +374,10 @@ class MembershipMethod(Method):
         if mine and theirs:
             test = mann_whitney_greater([v for _, v in mine], [v for _, v in theirs])
             result.update(p_value=test.p_value, auc_vs_reference=test.detail["auc"], mann_whitney_u=test.statistic)
-        labelled = [(v, _truthy(r.get("member"))) for r, v in mine if not _missing(r.get("member"))]
-        labelled += [(v, _truthy(r.get("member")) if not _missing(r.get("member")) else False) for r, v in theirs]
+        labelled = [(v, truthy(r.get("member"))) for r, v in mine if not missing(r.get("member"))]
+        labelled += [(v, truthy(r.get("member")) if not missing(r.get("member")) else False) for r, v in theirs]
         classes = {m for _, m in labelled}
-        if any(not _missing(r.get("member")) for r, _ in mine) and classes == {True, False}:
+        if any(not missing(r.get("member")) for r, _ in mine) and classes == {True, False}:
             scores = [v for v, _ in labelled]
             labels = [m for _, m in labelled]
             result["auc_member"] = roc_auc(scores, labels)
@@ -416,14 +385,6 @@ class MembershipMethod(Method):
             result["n_members"] = sum(labels)
             result["n_non_members"] = len(labels) - sum(labels)
         return result
-
-
-def _truthy(value: Any) -> bool:
-    if _missing(value):
-        return False
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes")
-    return bool(value)
 
 
 # ----------------------------------------------------------------------------- the six methods

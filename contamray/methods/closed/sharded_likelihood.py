@@ -83,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
 from contamray.methods.closed.likelihood_text import (
     EXAMPLE_END,
     check_fields,
@@ -286,36 +287,6 @@ def _windows(shard: Shard, order: Sequence[int], outputs: Mapping[str, Output], 
 # ----------------------------------------------------------------------------- the method
 
 
-def _output_map(outputs: Mapping[str, Output] | Iterable[Output]) -> dict[str, Output]:
-    if isinstance(outputs, Mapping):
-        return dict(outputs)
-    return {o.key: o for o in outputs}
-
-
-def _rows_of(table: Any) -> list[dict[str, Any]]:
-    if hasattr(table, "to_dict") and hasattr(table, "columns"):
-        return table.to_dict(orient="records")
-    return [dict(r) for r in table]
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _truthy(value: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, float) and math.isnan(value):
-        return False
-    return bool(value)
-
-
 @register
 class ShardedLikelihood(Method):
     name = NAME
@@ -339,7 +310,7 @@ class ShardedLikelihood(Method):
                 else:
                     out += self._shard_requests(s, outputs, cfg, stage)
         elif stage == 1:
-            got = _output_map(outputs or {})
+            got = output_map(outputs or {})
             for s in probed:
                 out += self._shard_requests(s, got, cfg, stage)
         return out
@@ -358,7 +329,7 @@ class ShardedLikelihood(Method):
         self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Config, **_: Any
     ) -> list[dict[str, Any]]:
         """One row per record: its shard's canonical and shuffled log-likelihoods, d and permutation p."""
-        got = _output_map(outputs)
+        got = output_map(outputs)
         laid = layout(records, cfg)
         rows: list[dict[str, Any]] = []
         for r in laid.empty:
@@ -455,7 +426,7 @@ class ShardedLikelihood(Method):
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
         """One-sided t-test over the shards' d_i (reference rows, if any, are not part of this test)."""
-        rows = [r for r in _rows_of(table) if not _truthy(r.get("is_reference"))]
+        rows = [r for r in rows_of(table) if not truthy(r.get("is_reference"))]
         partitions = sorted({str(r.get("partition", "")) for r in rows})
         if len(partitions) > 1:
             raise ValueError(
@@ -469,7 +440,7 @@ class ShardedLikelihood(Method):
                 continue
             key = int(r["shard"])
             status = str(r.get("shard_status") or "")
-            if status == "scored" and _finite(r.get("d")) is not None:
+            if status == "scored" and finite(r.get("d")) is not None:
                 shards.setdefault(key, r)
             elif status.startswith("skipped"):
                 skipped[key] = status
@@ -477,7 +448,7 @@ class ShardedLikelihood(Method):
             {
                 "shard": k,
                 "size": int(r["shard_size"]),
-                "units": int(r["shard_units"]) if _finite(r.get("shard_units")) is not None else None,
+                "units": int(r["shard_units"]) if finite(r.get("shard_units")) is not None else None,
                 "canonical_logprob": float(r["canonical_logprob"]),
                 "shuffled_mean": float(r["shuffled_mean"]),
                 "d": float(r["d"]),
@@ -509,7 +480,7 @@ class ShardedLikelihood(Method):
         }
         if failed:
             details["errors"] = sorted({f"{r.get('record_id')}: {r['error']}" for r in failed})[:5]
-        orders = sorted(int(r["order"]) for r in rows if _finite(r.get("order")) is not None)
+        orders = sorted(int(r["order"]) for r in rows if finite(r.get("order")) is not None)
         gaps = np.diff(orders) if len(orders) > 1 else np.zeros(0)
         if gaps.size and gaps.max() > 1:
             details["order_gaps"] = {"max": int(gaps.max()), "median": float(np.median(gaps))}

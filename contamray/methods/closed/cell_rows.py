@@ -1,0 +1,60 @@
+"""Reading what a closed-data method is handed: engine outputs and a cell's example rows.
+
+``score`` receives outputs as a mapping or a list (rows of Ray Data batches arrive as plain dicts);
+``reduce`` receives a pandas DataFrame, a pyarrow Table or a list of dicts, whose cells may be None,
+NaN or pandas' NA where a column was absent for a row. These helpers give every method one reading.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from contamray.methods.base import Output
+
+
+def output_map(outputs: Mapping[str, Any] | Iterable[Output]) -> dict[str, Output]:
+    """Outputs by request key (plain-dict outputs are turned back into ``Output``)."""
+    if isinstance(outputs, Mapping):
+        return {k: (v if isinstance(v, Output) else Output.from_row(v)) for k, v in outputs.items()}
+    return {o.key: o for o in outputs}
+
+
+def rows_of(table: Any) -> list[dict[str, Any]]:
+    """A cell's rows as dicts, from pandas, pyarrow or an iterable of mappings."""
+    if hasattr(table, "to_dict") and hasattr(table, "columns"):  # pandas
+        return table.to_dict(orient="records")
+    if hasattr(table, "to_pylist"):  # pyarrow
+        return table.to_pylist()
+    return [dict(r) for r in table]
+
+
+def missing(value: Any) -> bool:
+    """None, NaN or pandas' NA (a missing ``member`` / ``is_reference`` cell)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:  # pandas.NA refuses to be a bool
+        return True
+
+
+def finite(value: Any) -> float | None:
+    """The value as a finite float, or None."""
+    if missing(value):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def truthy(value: Any) -> bool:
+    """A flag cell: missing is False; strings "1", "true", "yes" are True."""
+    if missing(value):
+        return False
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes")
+    return bool(value)
