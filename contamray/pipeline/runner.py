@@ -394,9 +394,12 @@ class EngineCosts:
 
 
 def cell_cost(examples: pd.DataFrame) -> dict[str, float]:
-    """A cell's engine cost from its examples (empty when the cell used no engine)."""
+    """A cell's engine cost from its reduce input: its own examples, not the reference rows beside them
+    (empty when the cell used no engine)."""
     if "engine_tokens" not in examples.columns:
         return {}
+    if "is_reference" in examples.columns:
+        examples = examples[~examples["is_reference"].fillna(False).astype(bool)]
     return {
         "engine_tokens": float(pd.to_numeric(examples["engine_tokens"], errors="coerce").sum()),
         "seconds": float(pd.to_numeric(examples["engine_seconds"], errors="coerce").sum()),
@@ -425,10 +428,10 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
     for cell in cells:
         table = reduce_input(plan, cell, store)
         mp = plan.methods[cell.method]
-        pending.append((cell, _reduce_cell.remote(mp.method_name, mp.label, mp.params, table)))
-    for cell, ref in pending:
+        pending.append((cell, cell_cost(table), _reduce_cell.remote(mp.method_name, mp.label, mp.params, table)))
+    for cell, cost, ref in pending:
         verdict = ray.get(ref)
-        verdict.update(cell_cost(store.load_examples(plan.cell_hash(cell))))
+        verdict.update(cost)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, str(verdict.get("partition", "")))
             if truth is not None:

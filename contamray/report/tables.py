@@ -136,8 +136,10 @@ def render_markdown(tables: list[MethodTable], annotated: pd.DataFrame, notes: l
             texts = [t.cells[(m, p)].text if (m, p) in t.cells else "" for p in t.partitions]
             lines.append(f"| {m} | " + " | ".join(texts) + " |")
         lines.append("")
-    hows = [(r.model, r.partition, r.method, details_summary(r.details)) for r in annotated.itertuples()
-            if "details" in annotated.columns and details_summary(r.details)]
+    hows = []
+    if "details" in annotated.columns:
+        summaries = ((r.model, r.partition, r.method, details_summary(r.details)) for r in annotated.itertuples())
+        hows = [h for h in summaries if h[3]]
     if hows:
         lines += ["## How each p-value was obtained", ""]
         lines += [f"- {m} / {p} / {meth}: {how}" for m, p, meth, how in hows]
