@@ -296,9 +296,10 @@ def test_index_is_compact_and_survives_pickling(planted):
     assert len(np.unique(table.keys)) == len(table.keys)
     docs = planted["docs"]
     before = ngo.match(docs, index, cfg)
-    index.lookup(13, table.keys[:3])  # builds this process's prefilter
+    index.lookup(13, table.keys[:3])  # builds this process's lookup tables
+    assert index._finders
     clone = pickle.loads(pickle.dumps(index))
-    assert clone._filters == {}
+    assert clone._finders == {}
     assert ngo.match(list(docs), clone, cfg) == before
     assert len(pickle.dumps(index)) < 64 * index.n_grams + 4096
 

@@ -19,9 +19,10 @@ Hashing, all of it vectorised with NumPy (``contamray.metrics.rolling``), so a d
 C-level string passes and a handful of array operations per word — no Python call per word or per
 n-gram:
 
-- a word's hash is ``mix64(P(bytes) ^ len * S)``: ``P`` the polynomial hash mod 2**64 of its UTF-8
-  bytes, computed for every word of a batch from one prefix sum over the batch's bytes, ``mix64``
-  SplitMix64's bijective finaliser (``word_hash`` is the plain-Python reference);
+- a word's hash is ``mix64(P(chunks) ^ len * S)``: ``P`` the polynomial hash mod 2**64 of its UTF-8
+  bytes taken 8 at a time as little-endian integers (a word of up to 8 bytes is its own bytes, so
+  short words never collide), computed for every word of a batch with one gather per 8 bytes,
+  ``mix64`` SplitMix64's bijective finaliser (``word_hash`` is the plain-Python reference);
 - the hash of the n-gram starting at word ``j`` is ``mix64(sum_k h[j+k] * B**k + n)`` over the word
   hashes, again from one prefix sum per batch, shared by every n-gram length the indexes need
   (``TokenBatch.windows``).
@@ -35,6 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -86,19 +88,32 @@ def _ascii_tables() -> dict[str, tuple[bytes, bytes]]:
 
 
 _ASCII = _ascii_tables()
-_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
-_UNI_SPACE = re.compile(r"\s")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
-def _fix_gpt3(match: re.Match[str]) -> str:
-    return _UNI_SPACE.sub(" ", _PUNCT.sub("", match.group()))
+@lru_cache(maxsize=1 << 16)
+def _non_ascii_replacement(char: str, style: str) -> str:
+    """What one non-ASCII character becomes: itself (a letter or digit), a space or nothing."""
+    if char.isspace():
+        return " "
+    if style == "gpt3":
+        return _PUNCT.sub("", char)
+    return _NON_ALNUM.sub(" ", char)
 
 
-def _fix_gpt2(match: re.Match[str]) -> str:
-    return _NON_ALNUM.sub(" ", match.group())
+def _fix_non_ascii(text: str, style: str) -> str:
+    """Apply the Unicode rules to the non-ASCII characters of ``text`` (the rest is left as it is).
 
-
-_FIX_RUN = {"gpt3": _fix_gpt3, "gpt2": _fix_gpt2}
+    The rules are per character, so each *distinct* non-ASCII character is looked up once and
+    replaced with one C-level ``str.replace``: a document has few of them (quotes, dashes, accented
+    letters), and this is several times faster than a regex callback per run. (``gpt2`` breaks a
+    run of symbols into several spaces instead of one: the same words.)
+    """
+    for char in set(_NON_ASCII.findall(text)):
+        replacement = _non_ascii_replacement(char, style)
+        if replacement != char:
+            text = text.replace(char, replacement)
+    return text
 
 
 def _word_bytes(text: str, style: str) -> list[bytes]:
@@ -115,7 +130,7 @@ def normalized_bytes(text: str, style: str = "gpt3") -> bytes:
     _check_style(style)
     lowered = text.lower()
     if not lowered.isascii():
-        lowered = _NON_ASCII_RUN.sub(_FIX_RUN[style], lowered)
+        lowered = _fix_non_ascii(lowered, style)
     table, delete = _ASCII[style]
     # "surrogatepass": a lone surrogate (possible in JSON-decoded text) must not fail a whole batch
     return lowered.encode("utf-8", "surrogatepass").translate(table, delete)
@@ -124,26 +139,54 @@ def normalized_bytes(text: str, style: str = "gpt3") -> bytes:
 _LENGTH_SALT = 0x9E3779B97F4A7C15
 
 
+_CHUNK_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
 def _hash_words(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(word hashes, byte starts, byte ends) of the space-separated words of ``buf``, vectorised."""
-    a = np.frombuffer(buf, dtype=np.uint8)
-    if a.shape[0] == 0:
+    """(word hashes, byte starts, byte ends) of the space-separated words of ``buf``, vectorised.
+
+    A word is read 8 bytes at a time: ``chunks[i]`` is the little-endian uint64 at byte ``i`` (an
+    unaligned strided view of the buffer, no copy), so a word of up to 8 bytes costs one gather and
+    one mask, and only the few longer words need more rounds. Work grows with the number of words,
+    not bytes (a byte-level prefix sum was the largest cost of a corpus scan).
+    """
+    n = len(buf)
+    if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(0, dtype=np.uint64), empty, empty
-    inside = np.zeros(a.shape[0] + 2, dtype=np.int8)
-    inside[1:-1] = a != 32
-    edges = np.diff(inside)
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
-    raw = rolling.Prefix(a).spans(starts, ends)
+    a = np.frombuffer(buf, dtype=np.uint8)
+    # a word starts or ends wherever "is a space" flips (the buffer is framed by spaces)
+    space = np.empty(n + 2, dtype=bool)
+    space[0] = space[-1] = True
+    np.equal(a, 32, out=space[1:-1])
+    flips = np.flatnonzero(space[1:] != space[:-1])
+    starts, ends = flips[0::2], flips[1::2]
+    lengths = ends - starts
+    chunks = np.ndarray(shape=(n,), dtype="<u8", buffer=buf + bytes(8), strides=(1,))
+    raw = chunks[starts] & _CHUNK_MASKS[np.minimum(lengths, 8)]
+    longer = np.flatnonzero(lengths > 8)
+    power = np.uint64(1)
     with np.errstate(over="ignore"):
-        salted = raw ^ ((ends - starts).astype(np.uint64) * np.uint64(_LENGTH_SALT))
+        for offset in range(8, int(lengths.max()) if longer.shape[0] else 0, 8):
+            power *= np.uint64(rolling.BASE)
+            rest = lengths[longer] - offset
+            chunk = chunks[starts[longer] + offset] & _CHUNK_MASKS[np.minimum(rest, 8)]
+            raw[longer] += chunk * power
+            longer = longer[rest > 8]
+        salted = raw ^ (lengths.astype(np.uint64) * np.uint64(_LENGTH_SALT))
     return rolling.mix64(salted), starts, ends
 
 
 def word_hash(word: bytes) -> int:
-    """The hash of one normalised word, in plain Python (the reference ``word_hashes`` vectorises)."""
-    raw = sum(b * pow(rolling.BASE, k, 1 << 64) for k, b in enumerate(word)) % (1 << 64)
+    """The hash of one normalised word, in plain Python (the reference ``word_hashes`` vectorises).
+
+    ``mix64(sum_j C_j * B**j ^ len * S)`` where ``C_j`` is the little-endian integer of bytes
+    ``8j .. 8j+7`` of the word (zero-padded): a word of up to 8 bytes is its bytes, unchanged.
+    """
+    raw = 0
+    for j in range(0, len(word), 8):
+        chunk = int.from_bytes(word[j : j + 8], "little")
+        raw = (raw + chunk * pow(rolling.BASE, j // 8, 1 << 64)) % (1 << 64)
     return rolling.mix64_int(raw ^ ((len(word) * _LENGTH_SALT) % (1 << 64)))
 
 
@@ -201,7 +244,7 @@ class TokenBatch:
         self.all_hashes, self.starts, self.ends = _hash_words(self.buf)
         # a word belongs to the document whose bytes it lies in
         lasts = np.searchsorted(self.ends, doc_byte_ends, side="right").astype(np.int64)
-        firsts = np.concatenate([np.zeros(1, dtype=np.int64), lasts[:-1]]) if len(parts) else lasts
+        firsts = np.concatenate([np.zeros(1, dtype=np.int64), lasts[:-1]]) if len(texts) else lasts
         self.doc_starts, self.doc_ends = firsts, lasts
         self._hashes: list[np.ndarray] | None = None
         self._words: list[DocWords] | None = None

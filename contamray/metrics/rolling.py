@@ -74,14 +74,17 @@ class Prefix:
     """
 
     def __init__(self, codes: np.ndarray) -> None:
-        c = as_codes(codes)
+        # unsigned codes (bytes) multiply straight into uint64: no widened copy of the input
+        codes = np.asarray(codes)
+        c = codes if codes.dtype.kind == "u" else as_codes(codes)
         self.n = int(c.shape[0])
         up, down = _POWERS.get(self.n)
         self.down = down
         with np.errstate(over="ignore"):
             self.prefix = np.empty(self.n + 1, dtype=np.uint64)
             self.prefix[0] = 0
-            np.cumsum(c * up, out=self.prefix[1:])
+            np.multiply(c, up, out=self.prefix[1:], dtype=np.uint64)
+            np.cumsum(self.prefix[1:], out=self.prefix[1:])
 
     def windows(self, length: int) -> np.ndarray:
         """Hashes of all windows of ``length`` (as ``window_hashes``)."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-
-from rouge_score import rouge_scorer
+from typing import Any
 
 
 @lru_cache(maxsize=2)
-def _scorer(stemmer: bool) -> rouge_scorer.RougeScorer:
+def _scorer(stemmer: bool) -> Any:
+    # imported here: rouge_score pulls in nltk, scipy and sklearn (about a second), which every
+    # process that merely registers the methods (corpus match workers) would otherwise pay
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=stemmer)
 
 

@@ -2,7 +2,8 @@
 
 Rows cross stage boundaries as JSON strings (``request``, ``output``, ``payload``, ``rows``): the
 methods' columns differ from one another and from cell to cell, and one string column keeps every
-batch's Arrow schema the same, whatever a method returns.
+batch's Arrow schema the same, whatever a method returns. Corpus match rows, the one high-volume
+stream, travel as one pickled list per cell and batch instead (see ``MatchWorker``).
 
 Failures stay local: an engine batch that raises is retried one request at a time so only the
 request that is really bad carries an ``error``; a scoring chunk that raises becomes one error row
@@ -12,6 +13,7 @@ per example. Nothing is dropped, and the reducer counts the failed rows.
 from __future__ import annotations
 
 import json
+import pickle
 import traceback
 from collections import defaultdict
 from typing import Any
@@ -121,18 +123,20 @@ class ScoreWorker:
         except Exception as err:  # noqa: BLE001 - the chunk's examples become error rows
             detail = _error_text(err) + " | " + traceback.format_exc(limit=3).replace("\n", " ")
             rows = [{"record_id": r.id, "partition": r.partition, "error": detail} for r in records]
-        return json.dumps(rows, default=_json_default)
+        return json.dumps(rows, default=json_default)
 
 
 class MatchWorker:
-    """Scans corpus batches against every open-data cell's benchmark index (fetched once)."""
+    """Scans corpus batches against every open-data cell's benchmark index (fetched once).
+
+    Output: one row per (cell, batch) whose ``matches`` column is the pickled list of that cell's
+    match rows. A batch of a planted corpus yields thousands of rows; a JSON string per row cost as
+    much as the matching itself (``bench/open_data_scan.py``), and the rows only travel between our
+    own processes, where pickle is Ray's own format anyway.
+    """
 
     def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]]) -> None:
         import ray
-        import torch
-
-        # embedding methods run torch in here: one thread per CPU the actor holds, not every core
-        torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
 
         self.indexes = []
         for cell_key, label, name, params, ref in indexes:
@@ -140,20 +144,31 @@ class MatchWorker:
             cfg = method.make_config(params, where=f"methods.{label}")
             self.indexes.append((cell_key, method, cfg, ray.get(ref)))
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         docs = [
             {"doc_id": str(d), "text": t if isinstance(t, str) else ""} for d, t in zip(batch["doc_id"], batch["text"])
         ]
         cells: list[str] = []
-        matches: list[str] = []
+        matches: list[bytes] = []
         for cell_key, method, cfg, index in self.indexes:
-            for row in method.match(docs, index, cfg):
+            rows = method.match(docs, index, cfg)
+            if rows:
                 cells.append(cell_key)
-                matches.append(json.dumps(row, default=_json_default))
-        return {"cell": cells, "match": matches}
+                matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
+        return {"cell": cells, "matches": matches}
 
 
-def _json_default(value: Any) -> Any:
+def collect_matches(batches: Any) -> dict[str, list[dict[str, Any]]]:
+    """Match rows per cell key from ``MatchWorker`` output batches (as ``iter_batches`` yields them)."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for batch in batches:
+        for cell_key, blob in zip(batch["cell"], batch["matches"]):
+            out[str(cell_key)].extend(pickle.loads(blob))
+    return out
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps`` fallback: NumPy scalars and arrays as numbers and lists, sets as lists."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):

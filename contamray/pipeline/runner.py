@@ -31,7 +31,7 @@ import pandas as pd
 import ray
 
 from contamray.methods.base import Output, Request
-from contamray.pipeline.actors import EngineWorker, MatchWorker, ScoreWorker
+from contamray.pipeline.actors import EngineWorker, MatchWorker, ScoreWorker, collect_matches, json_default
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.plan import Cell, ModelPlan, Plan
 from contamray.pipeline.store import ResultStore
@@ -264,10 +264,7 @@ def _score_open(
         batch_format="numpy",
         num_cpus=1,
     )
-    matches: dict[str, list[dict]] = defaultdict(list)
-    for batch in matched.iter_batches(batch_format="numpy", batch_size=4096):
-        for cell_key, match in zip(batch["cell"], batch["match"]):
-            matches[str(cell_key)].append(json.loads(match))
+    matches = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
     judged = _judge_open_cells(plan, cells, records, matches)
     payloads = []
     for cell in cells:
@@ -327,7 +324,8 @@ def _score_cells(
     rows_by_cell: dict[str, list[dict]] = defaultdict(list)
     if payloads:
         items = [
-            {"cell": cell.key, "method": cell.method, "payload": json.dumps(p, default=str)} for cell, p in payloads
+            {"cell": cell.key, "method": cell.method, "payload": json.dumps(p, default=json_default)}
+            for cell, p in payloads
         ]
         methods = {label: (mp.method_name, mp.params) for label, mp in plan.methods.items()}
         scored = ray.data.from_items(items).map_batches(

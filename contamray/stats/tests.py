@@ -29,7 +29,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
+
+
+def _scipy_stats() -> Any:
+    """``scipy.stats``, imported on first use: half a second that processes which only register the
+    methods (corpus match workers) need not pay."""
+    from scipy import stats
+
+    return stats
 
 
 def _finite(values: Sequence[float] | np.ndarray, name: str, min_size: int = 1) -> np.ndarray:
@@ -73,7 +80,7 @@ def t_test_greater(diffs: Sequence[float] | np.ndarray) -> TestResult:
         t, p = (math.inf, 0.0) if mean > 0 else (-math.inf if mean < 0 else 0.0, 1.0)
     else:
         t = mean / (sd / math.sqrt(n))
-        p = float(sps.t.sf(t, df=n - 1))
+        p = float(_scipy_stats().t.sf(t, df=n - 1))
     return TestResult(statistic=float(t), p_value=p, n=n, detail={"mean": mean, "sd": sd, "df": n - 1})
 
 
@@ -93,7 +100,7 @@ def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | n
     """
     xs = _finite(x, "mann_whitney_greater: x")
     ys = _finite(y, "mann_whitney_greater: y")
-    res = sps.mannwhitneyu(xs, ys, alternative="greater", method="auto")
+    res = _scipy_stats().mannwhitneyu(xs, ys, alternative="greater", method="auto")
     u = float(res.statistic)
     return TestResult(
         statistic=u,
@@ -124,7 +131,7 @@ def roc_auc(scores: Sequence[float] | np.ndarray, labels: Sequence[Any] | np.nda
     pos, neg = s[lab], s[~lab]
     if pos.size == 0 or neg.size == 0:
         raise ValueError(f"roc_auc: need both classes, got {pos.size} positive and {neg.size} negative label(s)")
-    ranks = sps.rankdata(s)  # average ranks for ties
+    ranks = _scipy_stats().rankdata(s)  # average ranks for ties
     u = float(ranks[lab].sum() - pos.size * (pos.size + 1) / 2.0)
     return u / (pos.size * neg.size)
 

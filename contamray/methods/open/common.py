@@ -29,6 +29,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from contamray.methods.base import Method, Verdict
+from contamray.metrics.hash_lookup import SortedHashes
 from contamray.records import Record
 
 CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
@@ -106,17 +107,17 @@ def check_index(method: str, index: Any, cfg: Any, keys: Sequence[str]) -> None:
 
 def doc_texts(docs: Sequence[dict[str, Any]], method: str) -> list[str]:
     """The ``text`` of every document of a batch; a document without str text is an error naming it."""
-    texts = []
-    for i, doc in enumerate(docs):
-        text = doc.get("text")
+    texts = [doc.get("text") for doc in docs]
+    if all(type(text) is str for text in texts):  # the common case, one C-level pass
+        return texts  # type: ignore[return-value]
+    for i, (doc, text) in enumerate(zip(docs, texts, strict=True)):
         if not isinstance(text, str):
             raise TypeError(
                 f"{method}.match: document {doc.get('doc_id', f'#{i}')!r} has text of type "
                 f"{type(text).__name__}, not str; read the corpus with contamray.corpus.read_corpus "
                 "(it skips and reports rows without text) or fix the corpus' text_field"
             )
-        texts.append(text)
-    return texts
+    return texts  # type: ignore[return-value]
 
 
 def join_fields(record: Record, fields: Sequence[str]) -> str:
@@ -335,10 +336,10 @@ class HashTable:
     keys: np.ndarray
     starts: np.ndarray
     entries: np.ndarray
-    _filter: tuple[int, np.ndarray] | None = None  # top-bits prefilter, rebuilt per process
+    _finder: SortedHashes | None = None  # lookup tables, rebuilt per process from the keys
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"keys": self.keys, "starts": self.starts, "entries": self.entries, "_filter": None}
+        return {"keys": self.keys, "starts": self.starts, "entries": self.entries, "_finder": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -357,25 +358,18 @@ class HashTable:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
+    def warm(self) -> HashTable:
+        """Build this process's lookup tables now rather than on the first corpus batch."""
+        if self._finder is None:
+            self._finder = SortedHashes(self.keys)
+        return self
+
     def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For every hit: (position in ``hashes``, entry); a key with k entries gives k pairs."""
         if self.keys.shape[0] == 0 or hashes.shape[0] == 0:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
-        if self._filter is None:
-            # keys are well-mixed 64-bit hashes: a table over their top bits rejects most misses with
-            # one gather, before the binary search (about 16 slots per key)
-            nbits = int(min(26, max(10, int(np.ceil(np.log2(max(1, self.keys.shape[0]) * 16))))))
-            bits = np.zeros(1 << nbits, dtype=bool)
-            bits[self.keys >> np.uint64(64 - nbits)] = True
-            self._filter = (64 - nbits, bits)
-        shift, bits = self._filter
-        candidates = np.flatnonzero(bits[hashes >> np.uint64(shift)])
-        values = hashes[candidates]
-        pos = np.searchsorted(self.keys, values)
-        pos[pos == self.keys.shape[0]] = 0
-        found = np.flatnonzero(self.keys[pos] == values)
-        hit, key = candidates[found], pos[found]
+        hit, key = self.warm()._finder.find(hashes)  # type: ignore[union-attr]
         counts = self.starts[key + 1] - self.starts[key]
         owner = np.repeat(np.arange(hit.shape[0]), counts)
         within = np.arange(owner.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)

@@ -58,7 +58,6 @@ Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (bench
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +68,7 @@ import numpy as np
 from contamray.methods.base import Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.common import CONTAMINATION_TYPES, HashTable
+from contamray.metrics.hash_lookup import SortedHashes
 from contamray.metrics.ngrams import (
     NORMALIZATIONS,
     TokenBatch,
@@ -237,9 +237,7 @@ def example_grams_batch(records: Sequence[Record], cfg: NGramOverlapConfig) -> l
     ok[ok] &= pos[ok] + n <= end[rec[ok]]
     pos, rec, hashes = pos[ok], rec[ok], hashes[ok]
     offset = pos - start[rec]
-    region = np.where(offset + n <= ni[rec], INPUT, np.where(offset >= ni[rec], LABEL, OVERLAP)).astype(
-        np.int8
-    )
+    region = np.where(offset + n <= ni[rec], INPUT, np.where(offset >= ni[rec], LABEL, OVERLAP)).astype(np.int8)
     order = np.lexsort((hashes, region, rec))
     rec, region, hashes = rec[order], region[order], hashes[order]
     keep = np.ones(rec.shape[0], dtype=bool)
@@ -299,8 +297,7 @@ class NGramIndex:
 
     Compact and picklable (NumPy arrays plus the record ids), so the pipeline ``ray.put``s it once
     and every match actor shares it. A bit-table prefilter over the top hash bits is rebuilt lazily
-    in each process (it is not pickled) so most corpus n-grams are rejected with one array gather
-    before the binary search.
+    in each process (it is not pickled): ``contamray.metrics.hash_lookup``.
     """
 
     def __init__(
@@ -327,12 +324,12 @@ class NGramIndex:
         self.anchor_table = HashTable.build(
             np.array([a for a, _, _ in items], dtype=np.uint64), np.arange(len(items), dtype=np.int64)
         )
-        self._filters: dict[int, tuple[int, np.ndarray]] = {}
+        self._finders: dict[int, SortedHashes] = {}  # per process, from the keys (not pickled)
         self._seen_docs: dict[tuple[int, int], set[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_filters"] = {}
+        state["_finders"] = {}
         state["_seen_docs"] = {}
         return state
 
@@ -361,26 +358,16 @@ class NGramIndex:
 
     def lookup(self, length: int, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions in ``hashes`` found in the table of ``length`` and the matching key indices."""
-        table = self.tables[length]
-        shift, bits = self._filter(length)
-        candidates = np.flatnonzero(bits[hashes >> np.uint64(shift)])
-        if candidates.shape[0] == 0:
-            return candidates, candidates
-        values = hashes[candidates]
-        pos = np.searchsorted(table.keys, values)
-        pos[pos == table.keys.shape[0]] = 0
-        found = table.keys[pos] == values
-        return candidates[found], pos[found]
+        if length not in self._finders:
+            self._finders[length] = SortedHashes(self.tables[length].keys)
+        return self._finders[length].find(hashes)
 
-    def _filter(self, length: int) -> tuple[int, np.ndarray]:
-        if length not in self._filters:
-            keys = self.tables[length].keys
-            nbits = int(min(26, max(10, math.ceil(math.log2(max(1, keys.shape[0]) * 16)))))
-            shift = 64 - nbits
-            bits = np.zeros(1 << nbits, dtype=bool)
-            bits[keys >> np.uint64(shift)] = True
-            self._filters[length] = (shift, bits)
-        return self._filters[length]
+    def warm(self) -> NGramIndex:
+        """Build this process's lookup tables now rather than on the first corpus batch."""
+        for length in self.tables:
+            self.lookup(length, np.zeros(0, dtype=np.uint64))
+        self.anchor_table.warm()
+        return self
 
 
 def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramIndex:
@@ -410,7 +397,7 @@ def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramInde
         tables,
         anchor_len=cfg.min_words,
         anchors=anchors,
-    )
+    ).warm()
 
 
 # --------------------------------------------------------------------------- the corpus side
@@ -478,12 +465,9 @@ def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
     if not docs or not index.tables:
         return []
     batch = token_batch(docs, cfg.normalization)
-    words = batch.words
     rows: list[dict[str, Any]] = []
     for length, windows, hit, key in gram_hits(batch, index):
-        rows.extend(
-            _rows(docs, words, index, length, index.tables[length], windows, hit, key, cfg.max_doc_frequency)
-        )
+        rows.extend(_rows(docs, batch, index, length, index.tables[length], windows, hit, key, cfg.max_doc_frequency))
     return rows
 
 
@@ -520,7 +504,7 @@ def gram_hits(batch: TokenBatch, index: NGramIndex) -> list[tuple[int, Windows, 
 
 def _rows(
     docs: list[dict[str, Any]],
-    words: Any,
+    batch: TokenBatch,
     index: NGramIndex,
     length: int,
     table: _Table,
@@ -529,50 +513,65 @@ def _rows(
     key: np.ndarray,
     limit: int | None,
 ) -> list[dict[str, Any]]:
-    """Match rows of the hits of one gram length: one per distinct (record, doc, gram, region)."""
+    """Match rows of the hits of one gram length: one per distinct (record, doc, gram, region).
+
+    Everything up to the row dicts is array work; the rows are then built from column lists in one
+    comprehension (a planted corpus gives thousands of rows per batch: a Python loop with a call per
+    row cost a third of the scan).
+    """
     if hit.shape[0] == 0:
         return []
-    rows = []
     doc, offset = windows.locate(hit)
     # expand every hit to the (record, region) entries of its key
     counts = table.starts[key + 1] - table.starts[key]
     owner = np.repeat(np.arange(hit.shape[0]), counts)
     within = np.arange(owner.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
     entry = table.starts[key][owner] + within
-    e_doc, e_off, e_key = doc[owner], offset[owner], key[owner]
+    e_doc, e_off, e_key, e_pos = doc[owner], offset[owner], key[owner], hit[owner]
     e_rec, e_reg = table.record[entry], table.region[entry]
     order = np.lexsort((e_off, e_reg, e_key, e_rec, e_doc))
-    e_doc, e_off, e_key, e_rec, e_reg = (a[order] for a in (e_doc, e_off, e_key, e_rec, e_reg))
+    e_doc, e_off, e_key, e_pos, e_rec, e_reg = (a[order] for a in (e_doc, e_off, e_key, e_pos, e_rec, e_reg))
     first = np.ones(order.shape[0], dtype=bool)
     first[1:] = (
-        (e_doc[1:] != e_doc[:-1])
-        | (e_rec[1:] != e_rec[:-1])
-        | (e_key[1:] != e_key[:-1])
-        | (e_reg[1:] != e_reg[:-1])
+        (e_doc[1:] != e_doc[:-1]) | (e_rec[1:] != e_rec[:-1]) | (e_key[1:] != e_key[:-1]) | (e_reg[1:] != e_reg[:-1])
     )
     idx = np.flatnonzero(first)
     occurrences = np.diff(np.append(idx, order.shape[0])).tolist()
     signed = as_signed(table.keys[e_key[idx]]).tolist()
     doc_ids = [str(d.get("doc_id", "")) for d in docs]
-    for j, (d, o, r, g) in enumerate(
-        zip(e_doc[idx].tolist(), e_off[idx].tolist(), e_rec[idx].tolist(), e_reg[idx].tolist(), strict=True)
-    ):
-        doc_id = doc_ids[d]
-        if limit is not None and not index.note_document((length, signed[j]), doc_id, limit):
-            continue  # this process already saw the n-gram in more than `limit` documents
-        rows.append(
-            {
-                "record_id": index.record_ids[r],
-                "partition": index.partitions[r],
-                "doc_id": doc_id,
-                "region": REGIONS[g],
-                "ngram_hash": signed[j],
-                "ngram_len": length,
-                "doc_offset": o,
-                "occurrences": occurrences[j],
-                "ngram": words[d].text(o, o + length).decode("utf-8", "replace"),
-            }
+    row_doc = [doc_ids[d] for d in e_doc[idx].tolist()]
+    # the evidence: the matched words as they lie in the batch's normalised bytes (first occurrence)
+    lo = batch.starts[e_pos[idx]].tolist()
+    hi = batch.ends[e_pos[idx] + length - 1].tolist()
+    buf = batch.buf
+    ngram = [buf[a:b].decode("utf-8", "replace") for a, b in zip(lo, hi, strict=True)]
+    ids, parts = index.record_ids, index.partitions
+    rows = [
+        {
+            "record_id": ids[r],
+            "partition": parts[r],
+            "doc_id": d,
+            "region": REGIONS[g],
+            "ngram_hash": h,
+            "ngram_len": length,
+            "doc_offset": o,
+            "occurrences": c,
+            "ngram": " ".join(text.split()) if "  " in text else text,
+        }
+        for r, g, d, h, o, c, text in zip(
+            e_rec[idx].tolist(),
+            e_reg[idx].tolist(),
+            row_doc,
+            signed,
+            e_off[idx].tolist(),
+            occurrences,
+            ngram,
+            strict=True,
         )
+    ]
+    if limit is not None:
+        # this process stops emitting an n-gram once it has seen it in more than `limit` documents
+        rows = [row for row in rows if index.note_document((length, row["ngram_hash"]), row["doc_id"], limit)]
     return rows
 
 
