@@ -121,3 +121,24 @@ def test_rerun_reuses_finished_cells(smoke_run, flawed_mirror):
     assert (proc.stdout + proc.stderr).count("reusing finished cell") == 4
     after = pd.read_parquet(out / "partitions.parquet")
     pd.testing.assert_frame_equal(before, after)
+
+
+def test_edited_benchmark_rows_are_not_served_from_the_cache(smoke_run, flawed_mirror, tmp_path):
+    """Same config, one GSM8K question edited in the data: its cells are recomputed, the rest reused."""
+    out, _ = smoke_run
+    edited = tmp_path / "mirror"
+    edited.mkdir()
+    for org in flawed_mirror.iterdir():
+        if org.name != "openai":
+            (edited / org.name).symlink_to(org.resolve())
+    lines = (flawed_mirror / GSM8K).read_text().splitlines()
+    row = json.loads(lines[0])
+    row["question"] = row["question"] + " (revised)"
+    lines[0] = json.dumps(row)
+    (edited / GSM8K).parent.mkdir(parents=True)
+    (edited / GSM8K).write_text("\n".join(lines) + "\n")
+    proc = run_smoke(out, edited)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    reused = [line for line in log.splitlines() if "reusing finished cell" in line]
+    assert len(reused) == 2 and not any("gsm8k" in line for line in reused), reused

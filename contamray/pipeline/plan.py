@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,9 @@ class Plan:
     data: dict[str, Any]
     ray: dict[str, Any]
     cells: list[Cell] = field(default_factory=list)
+    # benchmark name -> digest of the rows it loaded (``rows_digest``), set by the runner once the rows
+    # are read, so a finished cell is reused only for the very same rows, not just the same config
+    row_digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def corpus_label(self) -> str:
@@ -163,6 +167,7 @@ class Plan:
             "method": dataclasses.asdict(mp),
             "seed": self.seed,
             "mirror": bool(self.data.get("mirror_dir")),
+            "rows": self.row_digests.get(cell.benchmark, ""),
         }
         if cell.family == "closed":
             parts["model"] = self.models[cell.model].engine
@@ -175,6 +180,17 @@ class Plan:
         parts["dependencies"] = [self.cell_hash(dep) for dep in self.dependencies(cell)]
         blob = json.dumps(parts, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def rows_digest(records: Sequence[Any], failures: Sequence[dict[str, Any]]) -> str:
+    """A content hash of a benchmark's loaded rows and failed rows: changes when the data does (a
+    hub dataset revised, a mirror file edited), whatever the config says."""
+    digest = hashlib.sha256()
+    for record in records:
+        digest.update(json.dumps(record.to_row(), sort_keys=True, default=str).encode())
+    for failure in failures:
+        digest.update(json.dumps(failure, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
 
 
 def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:

@@ -33,7 +33,7 @@ import ray
 from contamray.methods.base import Output, Request
 from contamray.pipeline.actors import EngineWorker, MatchWorker, ScoreWorker, collect_matches, json_default
 from contamray.pipeline.injections import Injections
-from contamray.pipeline.plan import Cell, ModelPlan, Plan
+from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest
 from contamray.pipeline.store import ResultStore
 from contamray.records import Record
 
@@ -56,6 +56,9 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     Finished cells live under ``cells_uri`` (default ``output_dir/cells``; any fsspec URI).
     """
     store = ResultStore(output_dir, cells_root=cells_uri)
+    # the rows are read first: a cell is finished only for the same config *and* the same rows
+    records, failures = load_benchmarks(plan, {c.benchmark for c in plan.cells})
+    plan.row_digests = {name: rows_digest(records[name], failures[name]) for name in records}
     hashes = {c: plan.cell_hash(c) for c in plan.cells}
     if force:
         for cell in plan.cells:
@@ -69,7 +72,6 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     to_score = [c for c in plan.cells if c in needed and not store.has_examples(hashes[c])]
     injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0])
     if to_score:
-        records, failures = load_benchmarks(plan, {c.benchmark for c in to_score})
         closed = [c for c in to_score if c.family == "closed"]
         opened = [c for c in to_score if c.family == "open"]
         if opened:  # first: closed cells may depend on open ones, never the other way round
