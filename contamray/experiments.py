@@ -13,6 +13,9 @@ top, for every entry point (``python -m contamray.run``, ``contamray inject``, `
 
 from __future__ import annotations
 
+from pathlib import Path
+
+CONF_DIR = str((Path(__file__).parent / "conf").resolve())  # the Hydra config tree every entry point uses
 DEFAULT_EXPERIMENT = "canary"
 _SPELLINGS = ("+exp=", "++exp=", "exp=")
 

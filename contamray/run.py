@@ -22,7 +22,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = str((Path(__file__).parent / "conf").resolve())
+from contamray.experiments import CONF_DIR, with_experiment
+
 log = logging.getLogger("contamray")
 _RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
 
@@ -96,7 +97,6 @@ def main(cfg: DictConfig) -> None:
 
 def cli_main() -> None:
     """The command-line entry: the experiment resolved (``contamray.experiments``), then Hydra."""
-    from contamray.experiments import with_experiment
 
     sys.argv = [sys.argv[0], *with_experiment(sys.argv[1:])]
     main()

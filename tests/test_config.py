@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from contamray.experiments import CONF_DIR
 from contamray.pipeline.plan import ConfigError, build_plan
-from contamray.run import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 

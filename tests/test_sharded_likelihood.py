@@ -351,8 +351,8 @@ def test_vllm_and_transformers_agree_on_shard_likelihoods(smollm2_path: str, bas
 def test_method_presets_compose_into_a_plan(preset: str, expected: dict):
     from hydra import compose, initialize_config_dir
 
+    from contamray.experiments import CONF_DIR
     from contamray.pipeline.plan import build_plan
-    from contamray.run import CONF_DIR
 
     overrides = [f"method=[{preset}]", "benchmark=[arc_challenge]", "corpus=none"]
     if preset == "reference_ratio":  # its second model (engine role "reference")

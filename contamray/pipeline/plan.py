@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from contamray.experiments import CONF_DIR
 from contamray.methods.base import Method, get_method, method_names
 
 log = logging.getLogger(__name__)
@@ -400,8 +401,6 @@ def _unselected_tuning(label: str, spec: Any) -> bool:
     """
     if not isinstance(spec, dict) or "method" in spec:
         return False
-    from contamray.run import CONF_DIR
-
     if not (Path(CONF_DIR) / "method" / f"{label}.yaml").is_file():
         return False
     log.warning("methods.%s: parameters set (%s) but the method is not selected (method=[...]); ignored",

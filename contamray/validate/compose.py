@@ -17,8 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 def compose_config(overrides: list[str], output_dir: str | Path) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
-    from contamray.experiments import with_experiment
-    from contamray.run import CONF_DIR
+    from contamray.experiments import CONF_DIR, with_experiment
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="config", overrides=with_experiment(list(overrides)))
