@@ -2,8 +2,8 @@
 
 The cluster is real Ray (``ray.cluster_utils.Cluster``: a CPU-only head and two worker nodes that each
 advertise one logical GPU). The engine pool is reserved through placement groups, and the exact
-``map_batches`` options the runner uses for the engine pool are run with a probe class in place of
-the engine, which reports where Ray put it.
+actor options the runner gives its engine actors are used for a probe class in place of the engine,
+which reports where Ray put it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from contamray.pipeline.engine_pool import engine_actor_options
 from contamray.pipeline.placement import reserve_engine_pools
-from contamray.pipeline.runner import engine_pool_options
 from tests.test_config import plan_of
 
 
@@ -31,10 +31,8 @@ def gpu_cluster():
 class WhereAmI:
     """Stands where EngineWorker stands in the pipeline; reports its node and GPUs instead of loading."""
 
-    def __call__(self, batch):
-        ctx = ray.get_runtime_context()
-        n = len(batch["request"])
-        return {"node": [ctx.get_node_id()] * n, "gpus": [len(ray.get_gpu_ids())] * n}
+    def answer(self):
+        return ray.get_runtime_context().get_node_id(), len(ray.get_gpu_ids())
 
 
 def test_llama2_openllm_engine_pool_is_vllm_on_gpu_nodes(gpu_cluster):
@@ -46,10 +44,9 @@ def test_llama2_openllm_engine_pool_is_vllm_on_gpu_nodes(gpu_cluster):
     assert [p.pool for p in placements] == ["llama2_7b"]
     assert set(placements[0].nodes) <= gpu_cluster and len(placements[0].nodes) == 2
 
-    options = engine_pool_options(pool, plan.ray)
-    assert options["num_gpus"] == 1
-    rows = [{"request": f"r{i}"} for i in range(64)]
-    placed = ray.data.from_items(rows).map_batches(WhereAmI, **dict(options, batch_size=8)).take_all()
-    assert len(placed) == 64
-    assert {r["node"] for r in placed} <= gpu_cluster
-    assert all(r["gpus"] == 1 for r in placed)
+    options = engine_actor_options(pool)
+    assert options["num_gpus"] == 1 and options["max_restarts"] >= 1
+    probes = [ray.remote(WhereAmI).options(**options).remote() for _ in range(pool.concurrency)]
+    placed = ray.get([probe.answer.remote() for probe in probes])
+    assert {node for node, _ in placed} == gpu_cluster  # one actor per GPU node
+    assert all(gpus == 1 for _, gpus in placed)

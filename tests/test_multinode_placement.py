@@ -1,7 +1,7 @@
 """A real run on a multi-node ``ray.cluster_utils.Cluster``: engine actors on the GPU node, scoring
-actors on CPU nodes. The GPU is logical (the node advertises one; the engine computes on the CPU),
-which is exactly what Ray's scheduler sees on a real cluster. Where each actor ran is read back from
-Ray's state API after the run.
+actors on CPU nodes, one engine actor for both stages of the model. The GPU is logical (the node
+advertises one; the engine computes on the CPU), which is exactly what Ray's scheduler sees on a real
+cluster. Where each actor ran is read back from Ray's state API after the run.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_engine_actors_on_gpu_nodes_scoring_actors_on_cpu_nodes(cluster, tmp_pat
     cfg = composed(
         "method=[guided_prompting]", "corpus=none", "benchmark=[arc_challenge]", "run.limit=4",
         f"data.mirror_dir={mirror_dir}", "models.smollm2_135m.num_gpus=1", "models.smollm2_135m.backend=hf",
-        "methods.guided_prompting.max_tokens=8",
+        "methods.guided_prompting.max_tokens=8", "methods.guided_prompting.judge=true",
     )
     cfg.run.output_dir = str(tmp_path / "run")
     run(cfg)
@@ -40,4 +40,7 @@ def test_engine_actors_on_gpu_nodes_scoring_actors_on_cpu_nodes(cluster, tmp_pat
     scoring = [a for a in actors if "ScoreWorker" in (a.class_name or "") + (a.repr_name or "")]
     assert engine and scoring, [a.class_name for a in actors]
     assert {a.node_id for a in engine} == {gpu_node}
+    # completions (stage 0) and judge prompts (stage 1, judged by the model itself) went to one actor:
+    # the model was loaded once, not once per stage
+    assert len(engine) == 1, [(a.class_name, a.state) for a in engine]
     assert gpu_node not in {a.node_id for a in scoring}

@@ -77,20 +77,26 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
 
 
 class EngineWorker:
-    """Hosts one model (transformers or vLLM) in an actor; answers batches of requests."""
+    """Hosts one model (transformers or vLLM) in an actor; answers batches of requests.
+
+    The runner keeps these actors alive across a model's stages (``pipeline/engine_pool.py``).
+    """
 
     def __init__(self, engine_spec: dict[str, Any]) -> None:
         from contamray.engines import EngineSpec, build_engine
 
         self.engine = build_engine(EngineSpec(**engine_spec))
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    def answer(self, batch: dict[str, Any]) -> dict[str, list[str]]:
+        """``batch``: columns ``cell`` and ``request`` (JSON); returns ``cell`` and ``output`` (JSON)."""
         requests = [Request.from_row(json.loads(r)) for r in batch["request"]]
         outputs = answer_requests(self.engine, requests)
         return {
             "cell": list(batch["cell"]),
             "output": [json.dumps(o.to_row()) for o in outputs],
         }
+
+    __call__ = answer  # a Ray Data map_batches callable too
 
 
 class ScoreWorker:

@@ -31,7 +31,8 @@ import pandas as pd
 import ray
 
 from contamray.methods.base import Output, Request
-from contamray.pipeline.actors import EngineWorker, MatchWorker, ScoreWorker, collect_matches, json_default
+from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
+from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest
 from contamray.pipeline.store import ResultStore
@@ -164,35 +165,37 @@ def _score_closed_model(
     cell_errors: dict[str, str] = {}
     costs = EngineCosts()
     active, stage = list(cells), 0
-    while active:
-        by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
-        pools: dict[str, ModelPlan] = {}
-        still_active = []
-        for cell in active:
-            mp = plan.methods[cell.method]
-            try:
-                reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
-            except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
-                cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
-                log.error("cell %s: %s", cell.key, cell_errors[cell.key])
-                continue
-            if reqs:
-                still_active.append(cell)
-            for req in reqs:
-                request_records[cell.key][req.key] = req.record_ids
-                pool = plan.pool_for_role(req.engine, model_name)
-                pool = target if pool.name == model_name else pool
-                pools[pool.name] = pool
-                by_pool[pool.name].append((cell.key, req))
-        for pool_name, items in by_pool.items():
-            log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
-            started = time.perf_counter()
-            answered = run_engine_pass(pools[pool_name], items, plan.ray)
-            costs.add_pass(answered, request_records, time.perf_counter() - started)
-            for cell_key, out in answered:
-                outputs[cell_key][out.key] = out
-        active = still_active
-        stage += 1
+    with EnginePools(plan.ray) as engines:  # released before scoring: the scorers need the CPUs
+        while active:
+            by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
+            pools: dict[str, ModelPlan] = {}
+            still_active = []
+            for cell in active:
+                mp = plan.methods[cell.method]
+                try:
+                    reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
+                except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
+                    cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
+                    log.error("cell %s: %s", cell.key, cell_errors[cell.key])
+                    continue
+                if reqs:
+                    still_active.append(cell)
+                for req in reqs:
+                    request_records[cell.key][req.key] = req.record_ids
+                    pool = plan.pool_for_role(req.engine, model_name)
+                    pool = target if pool.name == model_name else pool
+                    pools[pool.name] = pool
+                    by_pool[pool.name].append((cell.key, req))
+            for pool_name in engines.live_first(list(by_pool)):
+                items = by_pool[pool_name]
+                log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
+                started = time.perf_counter()
+                answered = engines.get(pools[pool_name]).answer(items)
+                costs.add_pass(answered, request_records, time.perf_counter() - started)
+                for cell_key, out in answered:
+                    outputs[cell_key][out.key] = out
+            active = still_active
+            stage += 1
     payloads = []
     for cell in cells:
         scope = plan.methods[cell.method].method.score_scope
@@ -203,30 +206,6 @@ def _score_closed_model(
             payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
     _score_cells(plan, cells, payloads, records, failures, store, cell_errors, injections.members(model_name), costs)
     _reduce(plan, _ready_to_reduce(plan, cells, store), store, injections)
-
-
-def run_engine_pass(
-    pool: ModelPlan, items: list[tuple[str, Request]], ray_cfg: dict[str, Any]
-) -> list[tuple[str, Output]]:
-    """One Ray Data pass of requests through an engine actor pool; returns (cell key, Output)."""
-    rows = [{"cell": cell_key, "request": json.dumps(req.to_row())} for cell_key, req in items]
-    ds = ray.data.from_items(rows).map_batches(
-        EngineWorker,
-        fn_constructor_kwargs={"engine_spec": dict(pool.engine)},
-        **engine_pool_options(pool, ray_cfg),
-    )
-    return [(row["cell"], Output.from_row(json.loads(row["output"]))) for row in ds.iter_rows()]
-
-
-def engine_pool_options(pool: ModelPlan, ray_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The ``map_batches`` options of a model's engine actor pool (resources from its config)."""
-    return {
-        "compute": ray.data.ActorPoolStrategy(size=pool.concurrency),
-        "num_gpus": pool.num_gpus,
-        "num_cpus": pool.num_cpus,
-        "batch_size": int(ray_cfg.get("request_batch_size", 32)),
-        "batch_format": "numpy",
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,10 +280,11 @@ def _judge_open_cells(
             pools[pool.name] = pool
             items[pool.name].append((cell.key, req))
     judged: dict[str, list[Output]] = {c.key: [] for c in cells if "judge" in plan.methods[c.method].roles()}
-    for pool_name, pool_items in items.items():
-        log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
-        for cell_key, out in run_engine_pass(pools[pool_name], pool_items, plan.ray):
-            judged[cell_key].append(out)
+    with EnginePools(plan.ray) as engines:
+        for pool_name, pool_items in items.items():
+            log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
+            for cell_key, out in engines.get(pools[pool_name]).answer(pool_items):
+                judged[cell_key].append(out)
     return judged
 
 
