@@ -1,4 +1,11 @@
-"""Check, without loading any model, where a plan's engine actor pools would run on the cluster.
+"""Where work runs on the cluster: engine pools on GPU nodes, CPU work off them when it can be.
+
+``cpu_work_options`` keeps the CPU stages (corpus readers and matchers, scorers, reducers) on nodes
+without GPUs whenever the cluster has such nodes with CPUs: a GPU node's CPUs are there to feed its
+GPUs (vLLM's actors reserve some, and tokenisation, sampling and the next stage's engine start need
+the rest). On a single node, or a cluster of GPU nodes only, nothing is constrained.
+
+Check, without loading any model, where a plan's engine actor pools would run on the cluster:
 
 ``reserve_engine_pools`` asks Ray for a placement group per pool with one bundle per engine actor
 (``{"GPU": num_gpus, "CPU": num_cpus}``), waits until the cluster can host it, reports the nodes the
@@ -9,6 +16,7 @@ GPU cluster is known to fit before a 7B model is downloaded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -51,3 +59,14 @@ def reserve_engine_pools(plan: Plan, timeout_s: float = 60.0) -> list[PoolPlacem
         finally:
             remove_placement_group(pg)
     return placements
+
+
+def cpu_work_options() -> dict[str, Any]:
+    """Ray options (``label_selector``) that keep a CPU actor or task off GPU nodes; ``{}`` when the
+    cluster has no CPU-only node to put it on."""
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    gpu_nodes = [n["NodeID"] for n in alive if n.get("Resources", {}).get("GPU")]
+    cpu_nodes = [n for n in alive if not n.get("Resources", {}).get("GPU") and n.get("Resources", {}).get("CPU")]
+    if not gpu_nodes or not cpu_nodes:
+        return {}
+    return {"label_selector": {"ray.io/node-id": "!in(" + ",".join(gpu_nodes) + ")"}}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -34,12 +35,16 @@ from contamray.methods.base import Output, Request
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
 from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
+from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest
 from contamray.pipeline.store import ResultStore
 from contamray.records import Record
 
 log = logging.getLogger("contamray")
 SCORE_CHUNK = 64  # examples per scoring task: small enough to spread, large enough to amortise
+# One benchmark load at a time per process: concurrent multirun jobs share the driver, and `datasets`
+# (its tqdm thread_map lock) fails when two threads load at once.
+_LOADING = threading.Lock()
 
 
 @dataclass
@@ -103,16 +108,17 @@ def load_benchmarks(plan: Plan, names: Iterable[str]) -> tuple[dict[str, list[Re
     failures: dict[str, list[dict]] = {}
     for name in sorted(set(names)):
         b = plan.benchmarks[name]
-        result = load_records(
-            b.adapter,
-            split=b.split,
-            config=b.config,
-            n=b.limit,
-            seed=plan.seed,
-            mirror_dir=plan.data.get("mirror_dir"),
-            strict=bool(plan.data.get("strict", False)),
-            sample=b.sample,
-        )
+        with _LOADING:
+            result = load_records(
+                b.adapter,
+                split=b.split,
+                config=b.config,
+                n=b.limit,
+                seed=plan.seed,
+                mirror_dir=plan.data.get("mirror_dir"),
+                strict=bool(plan.data.get("strict", False)),
+                sample=b.sample,
+            )
         records[name] = list(result.records)
         failures[name] = [_failure_row(f) for f in result.failures]
         for f in failures[name]:
@@ -235,7 +241,7 @@ def _score_open(
         text_field=corpus.get("text_field", "text"),
         id_field=corpus.get("id_field"),
         # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
-        ray_remote_args={"num_cpus": 0.25},
+        ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
     )
     matched = ds.map_batches(
         MatchWorker,
@@ -244,6 +250,7 @@ def _score_open(
         batch_size=int(plan.ray.get("corpus_batch_size", 256)),
         batch_format="numpy",
         num_cpus=1,
+        **cpu_work_options(),
     )
     matches = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
     judged = _judge_open_cells(plan, cells, records, matches)
@@ -317,6 +324,7 @@ def _score_cells(
             batch_size=1,
             batch_format="numpy",
             num_cpus=1,
+            **cpu_work_options(),
         )
         for row in scored.iter_rows():
             rows_by_cell[str(row["cell"])].extend(json.loads(row["rows"]))
@@ -405,10 +413,11 @@ def _add_membership(table: pd.DataFrame, records: list[Record], members: set[str
 
 def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injections | None = None) -> None:
     pending = []
+    reduce_task = _reduce_cell.options(**cpu_work_options())
     for cell in cells:
         table = reduce_input(plan, cell, store)
         mp = plan.methods[cell.method]
-        pending.append((cell, cell_cost(table), _reduce_cell.remote(mp.method_name, mp.label, mp.params, table)))
+        pending.append((cell, cell_cost(table), reduce_task.remote(mp.method_name, mp.label, mp.params, table)))
     for cell, cost, ref in pending:
         verdict = ray.get(ref)
         verdict.update(cost)
