@@ -7,7 +7,8 @@ product (exact cosine similarity, BLAS), in column blocks so memory stays bounde
 nearest-neighbour index is needed: ANN libraries (faiss, hnswlib) pay off when the *indexed* side is
 huge and queried a few times, but here the indexed side is a benchmark (thousands to ~100k rows) and
 every corpus passage is a query, so the exact product is both faster per passage and exact — and it
-adds no dependency. (Encoding the passages with the transformer dominates the cost by far.)
+adds no dependency. Encoding the passages dominates the cost by far: measured on one CPU thread, 256
+passages against 8,210 examples take 13.7 ms of product and 4.37 s of MiniLM encoding.
 
 Top-k over the whole corpus, streamed: each worker keeps, per example, the ``k`` best similarities it
 has seen so far (``_best``, in its own copy of the index, never pickled) and emits a match row only
