@@ -76,6 +76,16 @@ def test_cell_hash_changes_with_what_decides_the_result():
     assert a.cell_hash(cell) != b.cell_hash(cell) != c.cell_hash(cell)
 
 
+def test_open_cell_hash_follows_the_corpus_content_closed_cells_do_not():
+    plan = plan_of()
+    open_cell = next(c for c in plan.cells if c.family == "open")
+    closed_cell = next(c for c in plan.cells if c.family == "closed")
+    before = plan.cell_hash(open_cell), plan.cell_hash(closed_cell)
+    plan.corpus_digest = "files-changed"
+    assert plan.cell_hash(open_cell) != before[0]
+    assert plan.cell_hash(closed_cell) == before[1]
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [

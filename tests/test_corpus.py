@@ -10,6 +10,7 @@ import bz2
 import gzip
 import json
 import logging
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -302,3 +303,30 @@ def test_hub_datasets_stream_with_ids_and_bad_rows(tmp_path: Path, texts: list[s
         parse_hub_uri("hub://allenai/c4?config=en")
     with pytest.raises(ValueError, match="cannot stream hub://no-such-builder-xyz"):
         list(iter_documents("hub://no-such-builder-xyz?split=train"))
+
+
+def test_fingerprint_follows_file_listing_sizes_and_mtimes(tmp_path: Path):
+    from contamray.corpus.fingerprint import corpus_fingerprint, file_listing
+
+    (tmp_path / "a.jsonl").write_text('{"text": "one"}\n')
+    (tmp_path / "b.jsonl").write_text('{"text": "two"}\n')
+    cfg = {"kind": "files", "paths": [str(tmp_path / "*.jsonl")]}
+    first = corpus_fingerprint(cfg, {})
+    assert first == corpus_fingerprint(cfg, {}) and len(first) == 16
+    assert [p for p, _, _ in file_listing(cfg["paths"])] == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    (tmp_path / "a.jsonl").write_text('{"text": "one"}\n{"text": "three"}\n')  # grown
+    grown = corpus_fingerprint(cfg, {})
+    assert grown != first
+    stat = (tmp_path / "b.jsonl").stat()
+    os.utime(tmp_path / "b.jsonl", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # rewritten, same size
+    touched = corpus_fingerprint(cfg, {})
+    assert touched != grown
+    (tmp_path / "c.jsonl").write_text('{"text": "four"}\n')  # a new shard matches the glob
+    assert corpus_fingerprint(cfg, {}) != touched
+    hub = {"kind": "files", "paths": ["hub://org/corpus?split=train"]}
+    pinned = {"kind": "files", "paths": ["hub://org/corpus?split=train&revision=abc123"]}
+    assert file_listing(hub["paths"]) == [("hub://org/corpus?split=train#unpinned", -1, -1)]
+    assert corpus_fingerprint(hub, {}) != corpus_fingerprint(pinned, {})
+    planted = {"kind": "planted"}
+    assert corpus_fingerprint(planted, {"gsm8k": "x"}) != corpus_fingerprint(planted, {"gsm8k": "y"})
+    assert corpus_fingerprint({"kind": "none"}, {}) == ""

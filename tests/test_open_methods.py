@@ -357,6 +357,20 @@ def test_platypus_top1_cosine(platypus, records, docs):
     assert len(platypus["matches"]) <= len(records) * (len(docs) // 4 + 1)
 
 
+def test_platypus_through_an_hnsw_graph_finds_the_same_items(platypus, records, docs):
+    """Two candidates per passage, from a per-worker HNSW graph: every planted question is still its
+    passage's nearest example, so the decisions and their top-1 evidence are the exact scan's."""
+    graph = run("platypus_embedding", {"index": "hnsw", "ann_candidates": 2}, records, docs)["rows"]
+    exact = platypus["rows"]
+    assert found(graph) == found(exact)
+    for key in found(exact):
+        assert graph[key]["max_similarity"] == pytest.approx(exact[key]["max_similarity"], abs=1e-5)
+        assert graph[key]["nearest_doc_id"] == exact[key]["nearest_doc_id"]
+    for key in exact:  # elsewhere a top-1 can only be missed, never overstated
+        if graph[key]["max_similarity"] is not None:
+            assert graph[key]["max_similarity"] <= exact[key]["max_similarity"] + 1e-5
+
+
 def test_llm_decontaminator_retrieves_and_reads_the_judge(records, docs):
     method = get_method("llm_decontaminator")
     result = run("llm_decontaminator", {}, records, docs)

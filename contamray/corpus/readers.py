@@ -743,7 +743,7 @@ def _options(format: str, text_field: str, id_field: str | None, text_mode: str,
         raise ValueError("corpus: text_field is empty; name the field holding the document text")
 
 
-def _split_hub(
+def split_hub_uris(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> tuple[list[str], list[str]]:
     """Hub URIs apart from file paths (both may be given in one list)."""
@@ -787,7 +787,7 @@ def read_corpus(
     import ray.data
 
     _options(format, text_field, id_field, text_mode, errors)
-    hubs, paths = _split_hub(paths)
+    hubs, paths = split_hub_uris(paths)
     datasets = []
     for uri in hubs:
         opts = ReadOptions("hub", text_field, id_field, text_mode, errors, encoding)
@@ -828,7 +828,7 @@ def iter_documents(
     Files are read in sorted path order; within a file, in file order.
     """
     _options(format, text_field, id_field, text_mode, errors)
-    hubs, paths = _split_hub(paths)
+    hubs, paths = split_hub_uris(paths)
     for uri in hubs:
         src = parse_hub_uri(uri)
         n = _hub_shard_count(src)

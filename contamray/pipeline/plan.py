@@ -108,6 +108,9 @@ class Plan:
     # benchmark name -> digest of the rows it loaded (``rows_digest``), set by the runner once the rows
     # are read, so a finished cell is reused only for the very same rows, not just the same config
     row_digests: dict[str, str] = field(default_factory=dict)
+    # what the corpus holds right now (``contamray.corpus.fingerprint``: file listing with sizes and
+    # mtimes), set by the runner, so an open-data cell is not reused after the corpus files changed
+    corpus_digest: str = ""
 
     @property
     def corpus_label(self) -> str:
@@ -175,6 +178,7 @@ class Plan:
             parts["inject"] = self.models[cell.model].inject
         else:
             parts["corpus"] = self.corpus
+            parts["corpus_content"] = self.corpus_digest
         for role in mp.roles():
             if role != "target":
                 parts[role] = self.pool_for_role(role, cell.model).engine

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 import ray
 
+from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.methods.base import Output, Request
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
 from contamray.pipeline.engine_pool import EnginePools
@@ -65,6 +66,8 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     # the rows are read first: a cell is finished only for the same config *and* the same rows
     records, failures = load_benchmarks(plan, {c.benchmark for c in plan.cells})
     plan.row_digests = {name: rows_digest(records[name], failures[name]) for name in records}
+    if any(c.family == "open" for c in plan.cells):  # likewise the same corpus files, not just paths
+        plan.corpus_digest = corpus_fingerprint(plan.corpus, plan.row_digests)
     hashes = {c: plan.cell_hash(c) for c in plan.cells}
     if force:
         for cell in plan.cells:

@@ -79,7 +79,7 @@ def parse_answer(text: str) -> bool | None:
 
 
 @dataclass(frozen=True)
-class LLMDecontaminatorConfig:
+class LLMDecontaminatorConfig(embedding_scan.SearchOptions):
     """Parameters of ``llm_decontaminator``; defaults follow the paper's code.
 
     Worked example (``top_k=1``): the test question ``"Janet has 3 apples ..."`` retrieves the corpus
@@ -95,6 +95,7 @@ class LLMDecontaminatorConfig:
     - ``min_similarity``: candidates below this cosine are not judged (-1: judge all).
     - ``max_tokens`` / ``temperature`` / ``seed``: the judge's generation (the code used 0.3).
     - ``passage_words`` / ``batch_size``: corpus passages and encoder batch (see ``platypus_embedding``).
+    - ``index`` ... ``hnsw_ef_search``: exact or HNSW search of the examples (``embedding_scan``).
     - ``max_candidate_chars``: a candidate passage is cut to this many characters in the prompt.
     """
 
@@ -126,6 +127,7 @@ class LLMDecontaminatorConfig:
                 ("temperature", float(self.temperature) >= 0.0, "a number >= 0"),
                 common.integer(self, "passage_words", 1),
                 common.integer(self, "batch_size", 1),
+                *self.search_checks(),
                 common.integer(self, "max_candidate_chars", 1),
             ],
             required_fields=("query_fields",),

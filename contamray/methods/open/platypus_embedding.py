@@ -10,8 +10,9 @@ example's ``input``.
 
 Corpus documents are not questions: they are cut into passages (lines, long lines into windows of
 ``passage_words`` words; ``contamray.metrics.embedding``) and every passage is a candidate. The
-benchmark side is the indexed side; the scan is exact (see ``embedding_scan``: one matrix product
-per batch, the running top-1 per worker). Embeddings say nothing about whether the answer is there
+benchmark side is the indexed side, searched per worker exactly (one matrix product per batch) or,
+for very large example sets, through an HNSW graph; either way each worker keeps the running top-1
+(see ``embedding_scan``). Embeddings say nothing about whether the answer is there
 too: ``input_and_label`` means the label's normalised words occur in a matching passage or right
 after it, ``input_only`` that they do not. A question copied into the middle of a long line shares
 its passage with the text around it, which lowers the cosine (on the run's planted corpus, where
@@ -37,7 +38,7 @@ NAME = "platypus_embedding"
 
 
 @dataclass(frozen=True)
-class PlatypusConfig:
+class PlatypusConfig(embedding_scan.SearchOptions):
     """Parameters of ``platypus_embedding``; defaults are Platypus's.
 
     Worked example: the question ``"How many legs does a spider have?"`` and a corpus line ``"How
@@ -49,6 +50,8 @@ class PlatypusConfig:
     - ``query_fields`` / ``label_fields``: the example's question, and the label looked for.
     - ``passage_words``: the longest passage a document line is cut into (MiniLM reads 256 pieces).
     - ``batch_size``: texts per encoder call.
+    - ``index``, ``ann_min_examples``, ``ann_candidates``, ``hnsw_m``, ``hnsw_ef_search``: how each worker
+      searches the examples (exact product, or an HNSW graph from 100,000 examples on; ``embedding_scan``).
     """
 
     model: str = MINILM
@@ -69,6 +72,7 @@ class PlatypusConfig:
                 ("threshold", -1.0 <= float(self.threshold) <= 1.0, "a cosine similarity in [-1, 1] (0.8)"),
                 common.integer(self, "passage_words", 1),
                 common.integer(self, "batch_size", 1),
+                *self.search_checks(),
             ],
             required_fields=("query_fields",),
             optional_fields=("label_fields",),

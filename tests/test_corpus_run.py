@@ -1,0 +1,107 @@
+"""A real run over corpus files on disk: bad files are reported and skipped, and the cache follows the files.
+
+The entry point (``python -m contamray.run``) runs 13-gram overlap for 12 GSM8K rows against a
+directory of corpus files in which three rows are planted verbatim: one in a clean jsonl file, one
+after a broken line, a line of invalid UTF-8 and a row without ``text`` in a second file, and one
+in a gzip file that is cut short after it (a fourth, planted after the cut, is never read). The run
+must finish, name every bad line by path and line number, and find exactly the three readable
+plants. A second run reuses the finished cell; after one more document is appended to a corpus
+file (same config, same paths), the cell is recomputed and finds the new plant too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from contamray.experiments import CONF_DIR
+from contamray.pipeline.plan import build_plan
+from contamray.pipeline.runner import load_benchmarks
+
+REPO = Path(__file__).resolve().parents[1]
+FILLER = (
+    "The council said the new bridge would open in the spring after two years of delays caused by "
+    "flooding and a shortage of steel, and residents welcomed the news at a meeting on Tuesday."
+)
+
+
+def overrides(corpus_dir: Path, mirror: Path) -> list[str]:
+    return [
+        "+exp=base", "benchmark=[gsm8k]", "method=[ngram13]", "run.limit=12", "corpus=files",
+        f"corpus.paths=[{corpus_dir}]", "corpus.id_field=id", f"data.mirror_dir={mirror}", "ray.num_cpus=2",
+    ]
+
+
+def run(out: Path, corpus_dir: Path, mirror: Path) -> str:
+    env = dict(os.environ, CONTAMRAY_LOG="INFO")
+    env.pop("RAY_ADDRESS", None)
+    args = [sys.executable, "-m", "contamray.run", *overrides(corpus_dir, mirror), f"hydra.run.dir={out}"]
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    return log
+
+
+def doc(doc_id: str, text: str) -> bytes:
+    return json.dumps({"id": doc_id, "text": text}).encode() + b"\n"
+
+
+@pytest.fixture(scope="module")
+def gsm8k_rows(mirror_dir: Path) -> list:
+    """The very rows the run will load (same config, same sampling)."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=overrides(Path("/unused"), mirror_dir))
+    cfg.run.output_dir = "unused"
+    records, _ = load_benchmarks(build_plan(cfg), ["gsm8k"])
+    return records["gsm8k"]
+
+
+def plant(record) -> str:
+    return f"{FILLER}\n{record.input}\n{record.label}\n{FILLER}"
+
+
+def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: Path, mirror_dir: Path, gsm8k_rows):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    r = gsm8k_rows
+    (corpus / "a.jsonl").write_bytes(doc("a-0", FILLER) + doc("a-1", plant(r[0])))
+    (corpus / "b.jsonl").write_bytes(
+        b'{"id": "b-0", "text": "no closing brace\n'
+        + b'{"id": "b-1", "text": "caf\xe9 au lait"}\n'
+        + json.dumps({"id": "b-2", "body": FILLER}).encode() + b"\n"
+        + doc("b-3", plant(r[1]))
+    )
+    gz = zlib.compressobj(9, zlib.DEFLATED, 31)
+    head = gz.compress(doc("c-0", plant(r[2]))) + gz.flush(zlib.Z_FULL_FLUSH)
+    tail = gz.compress(doc("c-1", plant(r[3])) * 50) + gz.flush(zlib.Z_FULL_FLUSH)
+    (corpus / "c.jsonl.gz").write_bytes(head + tail[: len(tail) // 2])
+
+    out = tmp_path / "run"
+    log = run(out, corpus, mirror_dir)
+    assert f"{corpus}/b.jsonl:1: not a JSON line" in log
+    assert f"{corpus}/b.jsonl:2: not valid UTF-8" in log
+    assert f"{corpus}/b.jsonl:3: no field 'text'" in log
+    assert f"{corpus}/c.jsonl.gz:2: the file is truncated or corrupt after line 1" in log
+    examples = pd.read_parquet(out / "examples.parquet")
+    found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
+    assert found == {r[0].id, r[1].id, r[2].id}
+    assert len(examples) == 12 and not examples["error"].fillna("").astype(bool).any()
+
+    log = run(out, corpus, mirror_dir)
+    assert log.count("reusing finished cell") == 1
+
+    with (corpus / "a.jsonl").open("ab") as fh:  # same paths, same config: new content
+        fh.write(doc("a-2", plant(r[4])))
+    log = run(out, corpus, mirror_dir)
+    assert "reusing finished cell" not in log
+    examples = pd.read_parquet(out / "examples.parquet")
+    found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
+    assert found == {r[0].id, r[1].id, r[2].id, r[4].id}
