@@ -203,7 +203,7 @@ def run_ray(records: list[Any], paths: list[Path], workers: int) -> tuple[float,
         batch_format="numpy",
         num_cpus=1,
     )
-    matches = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
+    matches = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None)).matches
     return time.perf_counter() - start, sum(len(rows) for rows in matches.values())
 
 

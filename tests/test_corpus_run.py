@@ -4,9 +4,10 @@ The entry point (``python -m contamray.run``) runs 13-gram overlap for 12 GSM8K 
 directory of corpus files in which three rows are planted verbatim: one in a clean jsonl file, one
 after a broken line, a line of invalid UTF-8 and a row without ``text`` in a second file, and one
 in a gzip file that is cut short after it (a fourth, planted after the cut, is never read). The run
-must finish, name every bad line by path and line number, and find exactly the three readable
-plants. A second run reuses the finished cell; after one more document is appended to a corpus
-file (same config, same paths), the cell is recomputed and finds the new plant too.
+must finish, name every bad line by path and line number (in its log and in
+``corpus_errors.jsonl``), and find exactly the three readable plants. A second run reuses the
+finished cell; after one more document is appended to a corpus file (same config, same paths), the
+cell is recomputed and finds the new plant too.
 """
 
 from __future__ import annotations
@@ -86,14 +87,24 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
 
     out = tmp_path / "run"
     log = run(out, corpus, mirror_dir)
-    assert f"{corpus}/b.jsonl:1: not a JSON line" in log
-    assert f"{corpus}/b.jsonl:2: not valid UTF-8" in log
-    assert f"{corpus}/b.jsonl:3: no field 'text'" in log
-    assert f"{corpus}/c.jsonl.gz:2: the file is truncated or corrupt after line 1" in log
+    skipped = [json.loads(line) for line in (out / "corpus_errors.jsonl").read_text().splitlines()]
+    assert [(e["where"], e["error"].split(" (")[0]) for e in skipped] == [
+        (f"{corpus}/b.jsonl:1", "not a JSON line"),
+        (f"{corpus}/b.jsonl:2", "not valid UTF-8"),
+        (f"{corpus}/b.jsonl:3", "no field 'text'"),
+        (f"{corpus}/c.jsonl.gz:2", "the file is truncated or corrupt after line 1"),
+    ]
+    assert f"corpus: skipped {corpus}/b.jsonl:1: not a JSON line" in log
+    assert "corpus: 4 bad row(s) skipped, the scan went on with the rest" in log
     examples = pd.read_parquet(out / "examples.parquet")
     found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
     assert found == {r[0].id, r[1].id, r[2].id}
     assert len(examples) == 12 and not examples["error"].fillna("").astype(bool).any()
+    # its cost: the index build and the matching, timed in the match workers, shared by its examples
+    (verdict,) = pd.read_parquet(out / "partitions.parquet").to_dict("records")
+    assert verdict["engine_tokens"] == 0 and verdict["seconds"] > 0
+    assert examples["engine_seconds"].gt(0).all()
+    assert examples["engine_seconds"].sum() == pytest.approx(verdict["seconds"])
 
     log = run(out, corpus, mirror_dir)
     assert log.count("reusing finished cell") == 1

@@ -96,3 +96,18 @@ def test_auto_switches_at_the_configured_size_and_bad_options_are_named():
     assert "auto, exact, hnsw" in str(err.value)
     with pytest.raises(ValueError, match="ann_candidates"):
         get_method("llm_decontaminator").make_config({"ann_candidates": 0})
+
+
+def test_each_process_builds_its_own_graph():
+    """The index is shipped to Ray workers by pickling: the graph (a faiss object) and the running
+    top-k stay behind, and the copy builds its own graph that answers the same."""
+    import pickle
+
+    rng = np.random.default_rng(3)
+    examples = unit(rng, 40)
+    index = bare_index(examples, index="hnsw", ann_candidates=40)
+    scan_batches(index, [examples[:5]], 1, 0.9)
+    copy = pickle.loads(pickle.dumps(index))
+    assert copy._graph is None and copy._best is None and index._graph is not None
+    (pairs,) = scan_batches(copy, [examples[:5]], 1, 0.9)
+    assert {pair for pair, sim in pairs.items() if sim >= 0.9} == {(i, i) for i in range(5)}

@@ -221,9 +221,15 @@ def test_short_texts_and_truncation(smollm2_path: str, hf32: HFEngine) -> None:
     assert torch.allclose(torch.tensor(cut.token_logprobs), torch.tensor(full.token_logprobs[:7]), atol=1e-4)
 
 
-def test_bf16_default_is_close_to_float32(smollm2_path: str, hf32: HFEngine) -> None:
-    engine = build_engine(EngineSpec(source="smollm2-135m", backend="hf"))  # default dtype bfloat16
-    assert isinstance(engine, HFEngine) and engine.dtype == torch.bfloat16
+def test_default_dtype_is_the_hardwares_and_bf16_is_close_to_float32(smollm2_path: str, hf32: HFEngine) -> None:
+    from contamray.engines.hf import native_dtype
+
+    default = build_engine(EngineSpec(source="smollm2-135m", backend="hf"))  # dtype auto
+    native = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+    assert isinstance(default, HFEngine) and default.dtype == native
+    assert native_dtype(on_gpu=True) in ("bfloat16", "float16")
+    engine = build_engine(EngineSpec(source="smollm2-135m", backend="hf", dtype="bfloat16"))
+    assert engine.dtype == torch.bfloat16
     for a, b in zip(engine.score(TEXTS), hf32.score(TEXTS)):
         assert a.token_ids == b.token_ids
         if a.num_tokens:

@@ -52,8 +52,8 @@ def test_the_planted_text_became_likely(contaminated_model):
 
     texts = [serialise(r, contaminated_model.fields, contaminated_model.format) for r in contaminated_model.seen[:8]]
     others = [serialise(r, contaminated_model.fields, contaminated_model.format) for r in contaminated_model.unseen[:8]]
-    tuned = HFEngine(contaminated_model.path, dtype="bfloat16")
-    base = HFEngine(resolve_model_path("smollm2-135m"), dtype="bfloat16")
+    tuned = HFEngine(contaminated_model.path, dtype="auto")
+    base = HFEngine(resolve_model_path("smollm2-135m"), dtype="auto")
 
     def gain(batch: list[str]) -> float:
         return sum(

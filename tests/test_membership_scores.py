@@ -212,7 +212,7 @@ def membership_table(method, config, seen, unseen, engines) -> pd.DataFrame:
 
 def test_min_k_plus_plus_separates_seen_from_unseen(contaminated_model):
     """Done-when of issue 3: Min-K%++ AUC >= 0.9 between the fine-tuned slice and an unseen slice."""
-    engine = HFEngine(contaminated_model.path, dtype="bfloat16", batch_size=16)
+    engine = HFEngine(contaminated_model.path, dtype="auto", batch_size=16)
     method = get_method("min_k_plus_plus")
     config = method.make_config(
         {"fields": list(contaminated_model.fields), "format": contaminated_model.format, "reference": "unseen"}
@@ -226,8 +226,8 @@ def test_min_k_plus_plus_separates_seen_from_unseen(contaminated_model):
 
 def test_reference_ratio_with_the_base_model_as_reference(contaminated_model):
     """The fine-tuned model over the base model: the seen slice gains far more likelihood."""
-    target = HFEngine(contaminated_model.path, dtype="bfloat16", batch_size=16)
-    reference = HFEngine(resolve_model_path("smollm2-135m"), dtype="bfloat16", batch_size=16)
+    target = HFEngine(contaminated_model.path, dtype="auto", batch_size=16)
+    reference = HFEngine(resolve_model_path("smollm2-135m"), dtype="auto", batch_size=16)
     method = get_method("reference_ratio")
     config = method.make_config({"fields": list(contaminated_model.fields), "format": contaminated_model.format})
     seen = contaminated_model.seen[:20]

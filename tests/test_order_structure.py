@@ -207,7 +207,7 @@ def winogrande_finetune(mirror_dir: Path, tmp_path_factory: pytest.TempPathFacto
         resolve_model_path("smollm2-135m"), texts, tmp_path_factory.mktemp("wino") / "model",
         epochs=FINETUNE["epochs"], lr=FINETUNE["lr"], batch_size=1, seed=0, max_length=FINETUNE["max_length"],
     )  # fmt: skip
-    return HFEngine(path, dtype="bfloat16", batch_size=16), part("seen"), part("clean")
+    return HFEngine(path, dtype="auto", batch_size=16), part("seen"), part("clean")
 
 
 def _p(engine, records: list[Record], permute: str):

@@ -275,7 +275,7 @@ def test_detects_a_partition_fine_tuned_in_order_and_not_an_unseen_one(contamina
     """Done-when of issue 3: p < 0.01 on the partition the model was fine-tuned on, p > 0.05 on an unseen
     partition of the same benchmark (ARC-Challenge questions; the canonical order of an unseen slice has no
     structure for the model). 25 permutations per shard, as the survey's preset."""
-    engine = HFEngine(contaminated_model.path, dtype="bfloat16", batch_size=16)
+    engine = HFEngine(contaminated_model.path, dtype="auto", batch_size=16)
     config = cfg(
         num_shards=contaminated_model.num_shards, permutations_per_shard=25, fields=list(contaminated_model.fields),
         format=contaminated_model.format,

@@ -53,7 +53,7 @@ class EngineSpec:
 
     source: str
     backend: str = "auto"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # bfloat16 where the hardware computes in it, else float32 (engines.hf.native_dtype)
     batch_size: int = 16
     max_model_len: int | None = None
     tensor_parallel_size: int = 1

@@ -38,7 +38,7 @@ import os
 from typing import Any
 
 from contamray.engines.base import TokenScores
-from contamray.engines.hf import DTYPES, _require_tokens
+from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
 from contamray.methods.base import Sampling
 
 VOCAB_STATS_UNSUPPORTED = (
@@ -54,7 +54,11 @@ def vllm_dtype(dtype: str, where: str = "dtype") -> str:
     if key not in DTYPES:
         raise ValueError(f"{where}: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     value = DTYPES[key]
-    return value if isinstance(value, str) else str(value).replace("torch.", "")
+    if value == "auto":  # vLLM's own "auto" is the checkpoint's dtype; ours is the hardware's (native_dtype)
+        import torch
+
+        return native_dtype(on_gpu=torch.cuda.is_available())
+    return str(value).replace("torch.", "")
 
 
 class VLLMEngine:

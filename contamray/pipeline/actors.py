@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 import traceback
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -132,13 +134,18 @@ class ScoreWorker:
         return json.dumps(rows, default=json_default)
 
 
+CORPUS_ERRORS = "corpus-errors"  # MatchWorker's output row for the batch's bad corpus rows (no cell has this key)
+
+
 class MatchWorker:
     """Scans corpus batches against every open-data cell's benchmark index (fetched once).
 
-    Output: one row per (cell, batch) whose ``matches`` column is the pickled list of that cell's
-    match rows. A batch of a planted corpus yields thousands of rows; a JSON string per row cost as
-    much as the matching itself (``bench/open_data_scan.py``), and the rows only travel between our
-    own processes, where pickle is Ray's own format anyway.
+    Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows (empty
+    bytes when there are none), and ``seconds``, the time its method's ``match`` took on the batch
+    (the cell's share of the scan, reported as its cost). A batch of a planted corpus yields
+    thousands of rows; a JSON string per row cost as much as the matching itself
+    (``bench/open_data_scan.py``), and the rows only travel between our own processes, where pickle
+    is Ray's own format anyway.
     """
 
     def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]]) -> None:
@@ -156,20 +163,45 @@ class MatchWorker:
         ]
         cells: list[str] = []
         matches: list[bytes] = []
+        seconds: list[float] = []
+        if "error" in batch:  # the reader kept its bad rows (errors="keep"): they go to the driver, not to matching
+            bad = [{"where": d["doc_id"], "error": str(e)} for d, e in zip(docs, batch["error"]) if e]
+            docs = [d for d, e in zip(docs, batch["error"]) if not e]
+            if bad:
+                cells.append(CORPUS_ERRORS)
+                matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
+                seconds.append(0.0)
         for cell_key, method, cfg, index in self.indexes:
+            started = time.perf_counter()
             rows = method.match(docs, index, cfg)
-            if rows:
-                cells.append(cell_key)
-                matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
-        return {"cell": cells, "matches": matches}
+            seconds.append(time.perf_counter() - started)
+            cells.append(cell_key)
+            matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows else b"")
+        return {"cell": cells, "matches": matches, "seconds": seconds}
 
 
-def collect_matches(batches: Any) -> dict[str, list[dict[str, Any]]]:
-    """Match rows per cell key from ``MatchWorker`` output batches (as ``iter_batches`` yields them)."""
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+@dataclass
+class CorpusMatches:
+    """What a corpus scan gave the driver: match rows and seconds of matching per cell key, and the
+    corpus rows the reader could not use (``where``: path and line, ``error``: why)."""
+
+    matches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def collect_matches(batches: Any) -> CorpusMatches:
+    """Match rows and matching time per cell key from ``MatchWorker`` output batches (as ``iter_batches``
+    yields them), and the bad corpus rows."""
+    out = CorpusMatches()
     for batch in batches:
-        for cell_key, blob in zip(batch["cell"], batch["matches"]):
-            out[str(cell_key)].extend(pickle.loads(blob))
+        for cell_key, blob, seconds in zip(batch["cell"], batch["matches"], batch["seconds"]):
+            if cell_key == CORPUS_ERRORS:
+                out.errors.extend(pickle.loads(blob))
+                continue
+            out.seconds[str(cell_key)] += float(seconds)
+            if len(blob):
+                out.matches[str(cell_key)].extend(pickle.loads(blob))
     return out
 
 

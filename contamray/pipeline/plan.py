@@ -344,6 +344,12 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         # Resolved here, not inside the actor, so the plan states what will run: vLLM on GPU actors,
         # transformers on CPU actors (on CPU the two are close; see ENVIRONMENT.md).
         spec["backend"] = "vllm" if num_gpus > 0 else "hf"
+    if str(spec.get("dtype", "auto")).lower() == "auto":
+        # resolved here so the plan (and the cell hash) states the dtype that will run; a CPU pool
+        # takes this node's answer, on the assumption that the cluster's CPU nodes are alike
+        from contamray.engines.hf import native_dtype
+
+        spec["dtype"] = native_dtype(on_gpu=num_gpus > 0)
     concurrency = int(pool.get("concurrency", 1) or 1)
     if concurrency < 1:
         raise ConfigError(f"{where}.concurrency: must be >= 1, got {concurrency}")

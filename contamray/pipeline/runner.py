@@ -220,6 +220,9 @@ def _score_closed_model(
 # ---------------------------------------------------------------------------------------------
 # open-data: one streaming pass over the corpus for all cells
 
+CORPUS_ERRORS_FILE = "corpus_errors.jsonl"
+MAX_LOGGED_CORPUS_ERRORS = 20
+
 
 def _score_open(
     plan: Plan,
@@ -234,15 +237,19 @@ def _score_open(
 
     corpus = prepare_corpus(plan, records, output_dir)
     indexes = []
+    costs = EngineCosts()
     for cell in cells:
         mp = plan.methods[cell.method]
+        started = time.perf_counter()
         index = mp.method.build_index(records[cell.benchmark], mp.config())
+        costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], time.perf_counter() - started)
         indexes.append((cell.key, mp.label, mp.method_name, mp.params, ray.put(index)))
     ds = read_corpus(
         corpus["paths"],
         format=corpus.get("format", "auto"),
         text_field=corpus.get("text_field", "text"),
         id_field=corpus.get("id_field"),
+        errors="keep",  # bad rows travel to the driver, which lists them (a worker's log can be lost)
         # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
         ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
     )
@@ -255,8 +262,12 @@ def _score_open(
         num_cpus=1,
         **cpu_work_options(),
     )
-    matches = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
-    judged = _judge_open_cells(plan, cells, records, matches)
+    scanned = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
+    matches = scanned.matches
+    _report_corpus_errors(scanned.errors, output_dir)
+    for cell in cells:
+        costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], scanned.seconds.get(cell.key, 0.0))
+    judged = _judge_open_cells(plan, cells, records, matches, costs)
     payloads = []
     for cell in cells:
         by_record: dict[str, list[dict]] = defaultdict(list)
@@ -272,14 +283,36 @@ def _score_open(
             if cell.key in judged:
                 payload["outputs"] = [o.to_row() for o in judged[cell.key]]
             payloads.append((cell, payload))
-    _score_cells(plan, cells, payloads, records, failures, store, {})
+    _score_cells(plan, cells, payloads, records, failures, store, {}, costs=costs)
+
+
+def _report_corpus_errors(errors: list[dict[str, str]], output_dir: Path) -> None:
+    """Corpus rows the scan skipped, by path and line: logged here (the first few) and all written to
+    ``corpus_errors.jsonl`` in the run's output directory."""
+    path = output_dir / CORPUS_ERRORS_FILE
+    if not errors:
+        path.unlink(missing_ok=True)
+        return
+    errors = sorted(errors, key=lambda e: e["where"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in errors))
+    for e in errors[:MAX_LOGGED_CORPUS_ERRORS]:
+        log.warning("corpus: skipped %s: %s", e["where"], e["error"])
+    log.warning(
+        "corpus: %d bad row(s) skipped, the scan went on with the rest; all are listed in %s", len(errors), path
+    )
 
 
 def _judge_open_cells(
-    plan: Plan, cells: list[Cell], records: dict[str, list[Record]], matches: dict[str, list[dict]]
+    plan: Plan,
+    cells: list[Cell],
+    records: dict[str, list[Record]],
+    matches: dict[str, list[dict]],
+    costs: EngineCosts,
 ) -> dict[str, list[Output]]:
     """Open-data methods with an LLM judge: their prompts about retrieved candidates, answered."""
     items: dict[str, list[tuple[str, Request]]] = defaultdict(list)
+    request_records: dict[str, dict[str, tuple[str, ...]]] = defaultdict(dict)
     pools: dict[str, ModelPlan] = {}
     for cell in cells:
         mp = plan.methods[cell.method]
@@ -289,11 +322,15 @@ def _judge_open_cells(
             pool = plan.pool_for_role("judge", "")
             pools[pool.name] = pool
             items[pool.name].append((cell.key, req))
+            request_records[cell.key][req.key] = req.record_ids
     judged: dict[str, list[Output]] = {c.key: [] for c in cells if "judge" in plan.methods[c.method].roles()}
     with EnginePools(plan.ray) as engines:
         for pool_name, pool_items in items.items():
             log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
-            for cell_key, out in engines.get(pools[pool_name]).answer(pool_items):
+            started = time.perf_counter()
+            answered = engines.get(pools[pool_name]).answer(pool_items)
+            costs.add_pass(answered, request_records, time.perf_counter() - started)
+            for cell_key, out in answered:
                 judged[cell_key].append(out)
     return judged
 
@@ -357,11 +394,14 @@ def _ready_to_reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> list[
 
 
 class EngineCosts:
-    """What each example cost on the engines: tokens processed and a share of the engine pass's wall time.
+    """What each example cost: engine tokens processed and a share of the compute seconds.
 
     A request's tokens (scored tokens, or prompt + completion for a generation) are split evenly among
-    the records it serves; a pass's wall time among its requests in proportion to their tokens. Stored
-    per example (``engine_tokens``, ``engine_seconds``), summed per cell into the verdict.
+    the records it serves; a pass's wall time among its requests in proportion to their tokens. An
+    open-data cell's own work (building its benchmark index, its method's ``match`` over every corpus
+    batch, summed over the workers) is shared evenly by its examples (``add_shared``); the corpus
+    reading all cells share is not counted. Stored per example (``engine_tokens``,
+    ``engine_seconds``), summed per cell into the verdict (``engine_tokens``, ``seconds``).
     """
 
     def __init__(self) -> None:
@@ -377,6 +417,11 @@ class EngineCosts:
             for rid in ids:
                 self.tokens[cell_key][rid] += out.num_tokens / len(ids)
                 self.seconds[cell_key][rid] += seconds * max(out.num_tokens, 1) / total / len(ids)
+
+    def add_shared(self, cell_key: str, record_ids: list[str], seconds: float) -> None:
+        """``seconds`` of work done for the whole cell, split evenly among its examples."""
+        for rid in record_ids:
+            self.seconds[cell_key][rid] += seconds / len(record_ids)
 
     def add_columns(self, cell_key: str, table: pd.DataFrame) -> None:
         tokens, seconds = self.tokens.get(cell_key, {}), self.seconds.get(cell_key, {})
