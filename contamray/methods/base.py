@@ -24,9 +24,11 @@ that fails is kept with its error, never dropped, and ``reduce`` counts it in ``
 What ``reduce`` may see beyond its own rows (the runner provides it; all cells are scored before any
 is reduced):
 
-- ``reference_benchmark(cfg)`` (default: ``cfg.reference`` if the Config has it): the key of a
-  benchmark under ``benchmarks:`` known to be unseen. The runner scores it with the same method and
-  model and appends its rows to the table with ``is_reference=True`` (own rows ``False``);
+- ``reference_benchmark(cfg, benchmark)`` (default: ``cfg.reference`` if the Config has it, one key or
+  a mapping benchmark -> key): the key of a benchmark under ``benchmarks:`` known to be unseen
+  (``check_reference`` may refuse a reference that cannot serve, e.g. another dataset). The runner
+  scores it with the same method and model and appends its rows to the table with
+  ``is_reference=True`` (own rows ``False``);
 - ``contamination_source(cfg)`` (default: ``cfg.contamination_from``): the label of an open-data
   method of the run; its per-example ``contaminated`` and ``contamination_type`` for the same
   benchmark are merged into the table on ``record_id`` (clean-vs-dirty evaluation);
@@ -41,6 +43,7 @@ those to the judge engine and calls ``score(records, matches, cfg, outputs=...)`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -76,6 +79,7 @@ class Request:
     engine: str = "target"
     stage: int = 0
     vocab_stats: bool = False  # score: also return per-position vocabulary mean/std (Min-K%++)
+    chat: bool = False  # generate: wrap ``text`` as a user turn in the model's chat template (when it has one)
 
     def to_row(self) -> dict[str, Any]:
         row = dataclasses.asdict(self)
@@ -97,6 +101,7 @@ class Request:
             engine=row.get("engine", "target"),
             stage=int(row.get("stage", 0)),
             vocab_stats=bool(row.get("vocab_stats", False)),
+            chat=bool(row.get("chat", False)),
         )
 
 
@@ -108,6 +113,8 @@ class Output:
     of the text given its prefix (first token excluded) and ``num_tokens`` the scored count.
     ``token_mean`` / ``token_std`` are, per scored position, the mean and standard deviation of the
     next-token log-probability over the vocabulary (Min-K%++), filled only when asked for.
+    ``truncated`` counts the tokens of the request the engine had to leave out (a prompt or text
+    longer than the model's context): 0 when the whole text was read.
     ``error`` is non-empty when the request failed; the rest is then empty.
     """
 
@@ -117,6 +124,7 @@ class Output:
     num_tokens: int = 0
     token_mean: list[float] = field(default_factory=list)
     token_std: list[float] = field(default_factory=list)
+    truncated: int = 0
     error: str = ""
 
     def to_row(self) -> dict[str, Any]:
@@ -131,10 +139,21 @@ class Output:
         return cls(**values)
 
 
+DECISIONS = ("contaminated", "clean", "inconclusive")
+# a cell the plan skipped (the method does not apply to the benchmark), and a cell whose reduce failed
+NOT_APPLICABLE = "not_applicable"
+ERROR = "error"
+
+
 @dataclass
 class Verdict:
     """The partition-level answer of one method: was this partition in the training data?
 
+    ``decision`` is three-valued: ``contaminated``, ``clean``, or ``inconclusive`` when the data
+    cannot tell (too few rows or shards for the test's power, too many failed rows, a null the data
+    makes not credible); ``reason`` then says why and what to change. ``contaminated`` is kept as
+    the boolean ``decision == "contaminated"`` (an inconclusive verdict is not a "clean" one).
+    Give either: a verdict built with only ``contaminated`` decides ``clean`` when it is False.
     ``rate`` is always a fraction in [0, 1] (share of examples found contaminated); ``p_value`` is
     None for methods that measure rather than test.
     """
@@ -142,15 +161,80 @@ class Verdict:
     method: str
     partition: str
     statistic: float
-    contaminated: bool
+    contaminated: bool = False
     p_value: float | None = None
     rate: float | None = None
     n_examples: int = 0
     n_failed: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    decision: str = ""
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.decision:
+            self.decision = "contaminated" if self.contaminated else "clean"
+        if self.decision not in DECISIONS:
+            raise ValueError(f"Verdict.decision: {self.decision!r} is not one of {', '.join(DECISIONS)}")
+        if self.decision == "inconclusive" and not self.reason:
+            raise ValueError("an inconclusive Verdict needs a reason (what the data lacked and what to change)")
+        self.contaminated = self.decision == "contaminated"
+
+    def make_inconclusive(self, reason: str) -> Verdict:
+        """This verdict, undecided: the statistic and p-value stay as evidence, the decision does not."""
+        self.decision, self.reason, self.contaminated = "inconclusive", reason, False
+        return self
 
     def to_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a method writes per example, declared so the report and the scoreboard never guess.
+
+    ``score``: the per-example column the report plots (the evidence the partition decision rests
+    on); ``membership``: the per-example column ranking examples by how likely they were seen
+    (higher = member), used for instance-level ROC AUC; None where the method decides per partition
+    only (shards, accuracy gaps). Both name columns of the method's ``score()`` rows.
+    """
+
+    score: str | None
+    score_label: str = ""
+    membership: str | None = None
+
+
+@dataclass(frozen=True)
+class Applies:
+    """Where a method applies; the plan skips other (method x benchmark) pairs with the reason.
+
+    ``tasks``: the Record task types it can work on (empty = all); ``needs_choices``: it reads the
+    options of multiple-choice items; ``min_rows``: rows its partition test needs to have any power
+    (fewer gives ``inconclusive``; the plan warns when ``limit`` is below it).
+    """
+
+    tasks: tuple[str, ...] = ()
+    needs_choices: bool = False
+    min_rows: int = 1
+
+
+@dataclass(frozen=True)
+class BenchmarkFacts:
+    """What the plan knows of a benchmark before loading it (for applicability and power checks)."""
+
+    name: str  # key under `benchmarks:`
+    adapter: str
+    config: str | None
+    split: str | None
+    task: str
+    has_choices: bool
+    limit: int | None
+    sample: str
+
+    @property
+    def dataset(self) -> tuple[str, str | None]:
+        """The data distribution the rows come from: adapter and config (splits of one config differ in
+        nothing but the split, so a held-out split is i.i.d. only when the dataset says so)."""
+        return (self.adapter, self.config)
 
 
 class Method:
@@ -163,6 +247,11 @@ class Method:
     # "example": score() may see any chunk of a partition's records; "partition": it needs them all
     # at once (e.g. a test over shards of the whole partition).
     score_scope: ClassVar[Literal["example", "partition"]] = "example"
+    outputs: ClassVar[Outputs] = Outputs(score=None)
+    applies: ClassVar[Applies] = Applies()
+    # above this share of failed rows the partition decision is ``inconclusive``: the rows left are not
+    # the partition any more (a failure is rarely independent of the text: long, empty, odd encodings)
+    max_failed_share: ClassVar[float] = 0.5
 
     def make_config(self, params: dict[str, Any] | None, where: str = "") -> Any:
         """Build ``Config`` from a plain dict, naming the config key on an unknown parameter."""
@@ -180,9 +269,59 @@ class Method:
         """The engine roles this configuration needs (e.g. a judge only when enabled)."""
         return self.engine_roles
 
-    def reference_benchmark(self, cfg: Any) -> str | None:
-        """Benchmark key whose rows ``reduce`` compares against (known unseen), or None."""
-        return getattr(cfg, "reference", None) or None
+    def not_applicable(self, cfg: Any, bench: BenchmarkFacts) -> str | None:
+        """Why this method does not apply to ``bench`` (the plan skips the pair), or None."""
+        a = self.applies
+        if a.tasks and bench.task not in a.tasks:
+            return f"{self.name} works on {', '.join(a.tasks)} benchmarks; {bench.name} is {bench.task}"
+        if a.needs_choices and not bench.has_choices:
+            return f"{self.name} reads the options of multiple-choice items; {bench.name} ({bench.task}) has none"
+        return None
+
+    def plan_warnings(self, cfg: Any, bench: BenchmarkFacts) -> list[str]:
+        """Plan-time warnings for ``bench`` (e.g. too few rows for the test's power), each naming the fix."""
+        need = self.applies.min_rows
+        if bench.limit is not None and bench.limit < need:
+            return [
+                f"{self.name} on {bench.name}: run.limit={bench.limit} rows, but its test needs >= {need} to have "
+                f"any power; the verdict will be inconclusive - raise benchmarks.{bench.name}.limit (or run.limit) "
+                f"to >= {need}"
+            ]
+        return []
+
+    def settle(self, verdict: Verdict, cfg: Any) -> Verdict:
+        """The checks every partition decision passes after ``reduce``: rows that failed."""
+        if verdict.decision == "inconclusive":
+            return verdict
+        if verdict.n_examples <= 0:
+            return verdict.make_inconclusive("the partition has no rows: nothing to decide on")
+        if verdict.n_failed >= verdict.n_examples:
+            return verdict.make_inconclusive(
+                f"every row failed ({verdict.n_failed} of {verdict.n_examples}; see details.errors and the examples' "
+                "error column)"
+            )
+        share = verdict.n_failed / verdict.n_examples
+        if share > self.max_failed_share:
+            return verdict.make_inconclusive(
+                f"{verdict.n_failed} of {verdict.n_examples} rows failed ({share:.0%} > {self.max_failed_share:.0%}): "
+                "the rows left need not represent the partition; fix the failures (see the error column)"
+            )
+        return verdict
+
+    def reference_benchmark(self, cfg: Any, benchmark: str) -> str | None:
+        """Benchmark key whose rows ``reduce`` compares ``benchmark``'s against (known unseen), or None.
+
+        ``cfg.reference`` is one key for every benchmark, or a mapping benchmark -> key; a benchmark is
+        never its own reference.
+        """
+        ref = getattr(cfg, "reference", None)
+        if isinstance(ref, Mapping):
+            ref = ref.get(benchmark)
+        return str(ref) if ref and ref != benchmark else None
+
+    def check_reference(self, cfg: Any, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
+        """Why ``reference`` cannot serve as ``bench``'s reference partition (the plan refuses), or None."""
+        return None
 
     def contamination_source(self, cfg: Any) -> str | None:
         """Label of the open-data method whose per-example contamination ``reduce`` needs, or None."""

@@ -22,12 +22,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from contamray.experiments import CONF_DIR
-from contamray.methods.base import Method, get_method, method_names
+from contamray.methods.base import BenchmarkFacts, Method, get_method, method_names
 
 log = logging.getLogger(__name__)
 
 MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency")
 BACKENDS = ("auto", "hf", "vllm")
+# part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts), so no
+# run reuses a cell decided under older rules
+RESULTS_VERSION = 3
 
 
 class ConfigError(ValueError):
@@ -111,10 +114,26 @@ class Plan:
     # what the corpus holds right now (``contamray.corpus.fingerprint``: file listing with sizes and
     # mtimes), set by the runner, so an open-data cell is not reused after the corpus files changed
     corpus_digest: str = ""
+    # (cell, reason) for every (model x benchmark x method) the plan left out because the method does
+    # not apply to the benchmark (``Method.not_applicable``): reported, never silently missing
+    skipped: list[tuple[Cell, str]] = field(default_factory=list)
+    # plan-time warnings (power, structure), each naming the config key to change; logged by build_plan
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def corpus_label(self) -> str:
         return f"corpus:{self.corpus.get('kind', 'none')}"
+
+    def facts(self, benchmark: str) -> BenchmarkFacts:
+        """What the plan knows of ``benchmark`` before its rows are loaded."""
+        from contamray.benchmarks import get_adapter
+
+        b = self.benchmarks[benchmark]
+        task = get_adapter(b.adapter).task
+        return BenchmarkFacts(
+            name=benchmark, adapter=b.adapter, config=b.config, split=b.split, task=task,
+            has_choices=task == "multiple_choice", limit=b.limit, sample=b.sample,
+        )  # fmt: skip
 
     def closed_methods(self) -> list[MethodPlan]:
         return [m for m in self.methods.values() if m.family == "closed"]
@@ -155,8 +174,8 @@ class Plan:
         mp = self.methods[cell.method]
         method, cfg = mp.method, mp.config()
         deps = []
-        ref = method.reference_benchmark(cfg)
-        if ref and ref != cell.benchmark:
+        ref = method.reference_benchmark(cfg, cell.benchmark)
+        if ref:
             deps.append(Cell(cell.model, ref, cell.method, cell.family))
         source = method.contamination_source(cfg)
         if source:
@@ -167,6 +186,7 @@ class Plan:
         """A content hash of everything that decides a cell's result (for reuse across runs)."""
         mp = self.methods[cell.method]
         parts: dict[str, Any] = {
+            "results": RESULTS_VERSION,
             "benchmark": dataclasses.asdict(self.benchmarks[cell.benchmark]),
             "method": dataclasses.asdict(mp),
             "seed": self.seed,
@@ -251,13 +271,59 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         )
     _check_roles_and_dependencies(plan)
     _check_injections(plan)
+    _check_context(plan)
     for bench in benchmarks:
+        facts = plan.facts(bench)
         for m in methods.values():
-            if m.family == "closed":
-                plan.cells += [Cell(model, bench, m.label, "closed") for model in models]
-            else:
-                plan.cells.append(Cell(plan.corpus_label, bench, m.label, "open"))
+            cells = (
+                [Cell(model, bench, m.label, "closed") for model in models]
+                if m.family == "closed"
+                else [Cell(plan.corpus_label, bench, m.label, "open")]
+            )
+            cfg = m.config()
+            reason = m.method.not_applicable(cfg, facts)
+            if reason:
+                plan.skipped += [(cell, reason) for cell in cells]
+                continue
+            plan.warnings += [f"methods.{m.label}: {w}" for w in m.method.plan_warnings(cfg, facts)]
+            plan.cells += cells
+    _check_skipped_dependencies(plan)
+    for warning in plan.warnings:
+        log.warning("plan: %s", warning)
     return plan
+
+
+def _check_skipped_dependencies(plan: Plan) -> None:
+    """A cell whose reference partition was skipped could never be reduced: refuse the plan."""
+    skipped = {cell.key: reason for cell, reason in plan.skipped}
+    for cell in plan.cells:
+        for dep in plan.dependencies(cell):
+            if dep.key in skipped:
+                raise ConfigError(
+                    f"methods.{cell.method}: {cell.benchmark} is compared with {dep.benchmark}, but the method does "
+                    f"not apply there ({skipped[dep.key]}); choose another reference"
+                )
+
+
+def _check_context(plan: Plan) -> None:
+    """A method's ``context_len`` (tokens per scoring window) must fit every model it probes."""
+    for m in plan.closed_methods():
+        context_len = getattr(m.config(), "context_len", None)
+        if not context_len:
+            continue
+        for role in ("target", *[r for r in m.roles() if r != "target"]):
+            pools = list(plan.models.values()) if role == "target" else [plan.pool_for_role(role, "")]
+            for pool in pools:
+                limit = pool.engine.get("max_model_len")
+                if limit and int(context_len) > int(limit):
+                    where = "judge" if pool is plan.judge else (
+                        "reference_model" if pool is plan.reference_model else f"models.{pool.name}"
+                    )
+                    raise ConfigError(
+                        f"methods.{m.label}.context_len: {context_len} tokens per window, but {where}.max_model_len "
+                        f"is {limit}: the engine would cut every longer window; set methods.{m.label}.context_len "
+                        f"<= {limit} (and stride below it) or raise {where}.max_model_len"
+                    )
 
 
 def _check_injections(plan: Plan) -> None:
@@ -301,12 +367,20 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
                     + ", ".join(f"models.{n}.backend=hf" for n in on_vllm)
                 )
         cfg = m.config()
-        ref = m.method.reference_benchmark(cfg)
-        if ref and ref not in plan.benchmarks:
-            raise ConfigError(
-                f"{where}.reference: {ref!r} is not a benchmark of this run; add it under benchmarks "
-                f"(choices now: {', '.join(plan.benchmarks)})"
-            )
+        if "judge" in roles and m.family == "closed":
+            _check_judge(plan, m, cfg)
+        for bench in plan.benchmarks:
+            ref = m.method.reference_benchmark(cfg, bench)
+            if not ref:
+                continue
+            if ref not in plan.benchmarks:
+                raise ConfigError(
+                    f"{where}.reference: {ref!r} (the reference of {bench}) is not a benchmark of this run; add it "
+                    f"under benchmarks (choices now: {', '.join(plan.benchmarks)})"
+                )
+            problem = m.method.check_reference(cfg, plan.facts(bench), plan.facts(ref))
+            if problem:
+                raise ConfigError(f"{where}.reference: {problem}")
         source = m.method.contamination_source(cfg)
         if source and (source not in plan.methods or plan.methods[source].family != "open"):
             opens = [x.label for x in plan.open_methods()]
@@ -314,6 +388,28 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
                 f"{where}.contamination_from: {source!r} is not an open-data method of this run; "
                 f"choices: {', '.join(opens) or 'none (add one, e.g. method=[...,ngram13])'}"
             )
+
+
+def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
+    """A closed-data method's judge must be a model other than the target it judges, unless the method's
+    config asks for self-judging explicitly (``self_judge: true``): a model judging its own completions
+    is not the paper's protocol and is biased towards "yes"."""
+    if getattr(cfg, "self_judge", False):
+        return
+    where = f"methods.{m.label}"
+    if plan.judge is None:
+        raise ConfigError(
+            f"{where}: method {m.method_name} needs a judge other than the target model, and `judge` is not set; "
+            f"set judge to a model spec (e.g. judge={{source: <hub id or local dir>}}), turn the judge off, or set "
+            f"{where}.self_judge=true to let each target judge itself (labelled as such in the verdict)"
+        )
+    source = plan.judge.engine.get("source")
+    same = [name for name, model in plan.models.items() if model.engine.get("source") == source]
+    if same:
+        raise ConfigError(
+            f"{where}: the judge (source {source!r}) is the target model {', '.join(same)}; "
+            f"set judge to another model, or {where}.self_judge=true to allow self-judging explicitly"
+        )
 
 
 def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:

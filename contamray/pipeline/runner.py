@@ -32,7 +32,7 @@ import pandas as pd
 import ray
 
 from contamray.corpus.fingerprint import corpus_fingerprint
-from contamray.methods.base import Output, Request
+from contamray.methods.base import ERROR, NOT_APPLICABLE, Output, Request
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
 from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
@@ -93,6 +93,7 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
         examples, verdict = store.load(cell, hashes[cell])
         frames.append(examples)
         verdicts.append(verdict)
+    verdicts += [skipped_verdict(plan, cell, reason, records) for cell, reason in plan.skipped]
     store.write_run(frames, verdicts)
     return RunResult(
         output_dir=Path(output_dir),
@@ -475,10 +476,11 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
                 verdict["truth"] = truth
         store.put_verdict(cell, plan.cell_hash(cell), verdict)
         log.info(
-            "cell %s: contaminated=%s p=%s rate=%s (%d examples, %d failed)%s",
-            cell.key, verdict.get("contaminated"), verdict.get("p_value"), verdict.get("rate"),
+            "cell %s: %s p=%s rate=%s (%d examples, %d failed)%s%s",
+            cell.key, verdict.get("decision"), verdict.get("p_value"), verdict.get("rate"),
             verdict.get("n_examples", 0), verdict.get("n_failed", 0),
             f" ERROR {verdict['error']}" if verdict.get("error") else "",
+            f" ({verdict['reason']})" if verdict.get("reason") else "",
         )
 
 
@@ -487,8 +489,8 @@ def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:
     own = store.load_examples(plan.cell_hash(cell))
     mp = plan.methods[cell.method]
     cfg = mp.config()
-    ref = mp.method.reference_benchmark(cfg)
-    if ref and ref != cell.benchmark:
+    ref = mp.method.reference_benchmark(cfg, cell.benchmark)
+    if ref:
         reference = store.load_examples(plan.cell_hash(Cell(cell.model, ref, cell.method, cell.family)))
         own = pd.concat(
             [own.assign(is_reference=False), reference.assign(is_reference=True)], ignore_index=True
@@ -514,18 +516,30 @@ def _reduce_cell(method_name: str, label: str, params: dict[str, Any], table: pd
     names = own["partition"].dropna() if "partition" in own.columns else pd.Series(dtype=str)
     partition = str(names.iloc[0]) if len(names) else ""
     try:
-        verdict = method.reduce(table, cfg).to_row()
+        verdict = method.settle(method.reduce(table, cfg), cfg).to_row()
         verdict["error"] = ""
     except Exception as err:  # noqa: BLE001 - a cell that cannot be reduced is reported, not fatal
         n_failed = int((own["error"] != "").sum()) if len(own) else 0
         verdict = {
             "method": method_name, "partition": partition, "statistic": float("nan"), "contaminated": False,
             "p_value": None, "rate": None, "n_examples": len(own), "n_failed": n_failed, "details": {},
-            "error": f"reduce failed: {type(err).__name__}: {err}",
+            "decision": ERROR, "reason": "", "error": f"reduce failed: {type(err).__name__}: {err}",
         }
     verdict["method_name"] = method_name
     verdict["method"] = label
     return verdict
+
+
+def skipped_verdict(plan: Plan, cell: Cell, reason: str, records: dict[str, list[Record]]) -> dict[str, Any]:
+    """The row of a (model x benchmark x method) the plan skipped: present in every table, with the reason."""
+    rows = records.get(cell.benchmark) or []
+    mp = plan.methods[cell.method]
+    return {
+        "method": cell.method, "method_name": mp.method_name, "model": cell.model, "benchmark": cell.benchmark,
+        "partition": rows[0].partition if rows else cell.benchmark, "statistic": float("nan"), "contaminated": False,
+        "p_value": None, "rate": None, "n_examples": 0, "n_failed": 0, "details": {}, "decision": NOT_APPLICABLE,
+        "reason": f"not applicable: {reason}", "error": "",
+    }  # fmt: skip
 
 
 def _chunks(items: list[Record], size: int) -> list[list[Record]]:
