@@ -108,3 +108,17 @@ def test_missing_split_and_bad_config_are_named(arc):
     outputs = {f"{arc[0].id}|prompt": Output(key=f"{arc[0].id}|prompt", error="CUDA OOM")}
     row = method.score(arc[:1], outputs, cfg)[0]
     assert "prompt score missing or failed (CUDA OOM)" in row["error"]
+
+
+def test_no_dirty_subset_or_too_few_rows_is_inconclusive_not_clean():
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "meteor_recall"})
+    nothing_dirty = method.reduce(_table({"clean": (12, 20)}), cfg)
+    assert nothing_dirty.decision == "inconclusive" and not nothing_dirty.contaminated
+    assert "no dirty example" in nothing_dirty.reason and "meteor_recall" in nothing_dirty.reason
+    # 2 dirty of 6: even both dirty rows correct and every clean one wrong gives p = C(2,2)/C(6,2) = 1/15 > 0.05
+    tiny = method.reduce(_table({"clean": (0, 4), "input_and_label": (2, 2)}), cfg)
+    assert tiny.decision == "inconclusive" and "run.limit" in tiny.reason
+    assert tiny.p_value == pytest.approx(1 / 15)
+    enough = method.reduce(_table({"clean": (0, 6), "input_and_label": (4, 4)}), cfg)  # p = 1 / C(10, 4)
+    assert enough.decision == "contaminated" and enough.p_value == pytest.approx(1 / 210)

@@ -129,13 +129,14 @@ def guided_rows(partition: str, n: int, shift: float, seed: int, failed: int = 0
             "dataset": partition.split("/")[1], "split": "test", "first_piece": f"first piece {i}",
             "second_piece": f"second piece {i}", "guided_completion": f"guided {i}",
             "general_completion": f"general {i}", "rougeL_guided": float(guided[i]),
-            "rougeL_general": float(general[i]), "bleurt_guided": None, "bleurt_general": None,
+            "rougeL_general": float(general[i]), "rougeL_diff": float(guided[i] - general[i]),
+            "bleurt_guided": None, "bleurt_general": None,
             "judge_answer": None, "judge_verdict": None, "error": "",
         })
     for i in range(failed):
         rows.append({
             "record_id": f"{partition}#bad{i}", "partition": partition, "task": "multiple_choice",
-            "rougeL_guided": None, "rougeL_general": None,
+            "rougeL_guided": None, "rougeL_general": None, "rougeL_diff": None,
             "error": f"{partition}: row bad{i}: field 'question' is empty",
         })
     return pd.DataFrame(rows)
@@ -293,8 +294,9 @@ def test_correction_choice_changes_the_marks(tmp_path) -> None:
 
 def test_score_distributions_use_each_methods_score(grid) -> None:
     runs = load_runs(grid["runs"])
-    frame = runs.examples("guided_prompting", ("rougeL_guided", "rougeL_general"))
+    frame = runs.examples("guided_prompting", ("rougeL_guided", "rougeL_general", "rougeL_diff"))
     spec = score_spec("guided_prompting", filled_columns(frame))
+    assert spec.columns == ("rougeL_diff",)  # declared by GuidedPrompting.outputs
     scores = example_scores(frame, spec)
     kept = frame.loc[scores.index]
     assert np.allclose(scores, kept["rougeL_guided"] - kept["rougeL_general"])
@@ -309,12 +311,23 @@ def test_score_distributions_use_each_methods_score(grid) -> None:
     assert sorted(example_scores(ngram, spec).round(4).unique()) == [0.0, round(6 / 28, 4)]
 
 
-def test_unmapped_methods_fall_back_to_a_score_column() -> None:
-    assert score_spec("min_k_prob", {"score": "double", "n_tokens": "int64"}).columns == ("score",)
-    assert score_spec("zlib_ratio", {"n_tokens": "int64", "zlib_score": "double"}).columns == ("zlib_score",)
-    assert score_spec("perplexity", {"status": "other", "ppl": "double"}).columns == ("ppl",)
-    assert score_spec("perplexity", {"status": "other"}) is None
-    assert score_spec("guided_prompting", {"rougeL_guided": "double"}) is None  # general is missing
+def test_plots_show_the_declared_score_never_a_guess() -> None:
+    """Every registered method's plot column is the one it declares; undeclared means no plot (issue #13:
+    clean_dirty_eval and exact_match plotted ``engine_tokens``, the first float column the report found)."""
+    from contamray.methods.base import get_method, method_names
+
+    for name in method_names():
+        declared = get_method(name).outputs.score
+        filled = {"engine_tokens": "double", "engine_seconds": "double", "score": "double", "n_docs": "int64"}
+        spec = score_spec(name, {**filled, **({declared: "double"} if declared else {})})
+        if declared is None:
+            assert spec is None, name
+        else:
+            assert spec.columns == (declared,), name
+            assert score_spec(name, filled if declared not in filled else {}) is None, name
+    assert score_spec("clean_dirty_eval", {"engine_tokens": "double", "correct": "other"}).columns == ("correct",)
+    assert score_spec("exact_match", {"engine_tokens": "double", "n_docs": "int64"}).columns == ("n_docs",)
+    assert score_spec("no_such_method", {"score": "double"}) is None
 
 
 def test_report_files(grid, tmp_path) -> None:

@@ -223,7 +223,8 @@ def test_cells_without_a_verdict_are_skipped(run_dir: Path) -> None:
     parts.loc[exact[1], "error"] = "reduce failed: ValueError: boom"
     after = partition_scores(parts).set_index("method").loc["exact_match"]
     assert (before["n_partitions"], before["n_skipped"]) == (3, 0)
-    assert (after["n_partitions"], after["n_skipped"]) == (1, 2)
+    # every row failed: the method could not tell (inconclusive, never "clean"); a failed reduce: no verdict
+    assert (after["n_partitions"], after["n_inconclusive"], after["n_skipped"]) == (1, 1, 1)
 
 
 def test_render_table_and_readme(run_dir: Path, tmp_path: Path) -> None:

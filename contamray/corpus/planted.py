@@ -16,6 +16,7 @@ open-data verdicts can be checked against the truth.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,21 @@ def prepare_corpus(plan: Any, records: dict[str, list[Record]], output_dir: Path
         seed=plan.seed,
         planted_fraction=float(corpus.get("planted_fraction", 0.25)),
         near_miss_fraction=float(corpus.get("near_miss_fraction", 0.1)),
+        clean=clean_benchmarks(corpus, records),
     )
     return {"kind": "planted", "paths": paths, "format": "jsonl", "text_field": "text", "id_field": "id"}
+
+
+def clean_benchmarks(corpus: dict[str, Any], records: dict[str, list[Record]]) -> list[str]:
+    """``corpus.clean``: benchmark keys left out of the corpus (their near-misses are still planted)."""
+    clean = corpus.get("clean") or []
+    clean = [clean] if isinstance(clean, str) else list(clean)
+    unknown = sorted(set(clean) - set(records))
+    if unknown:
+        raise ValueError(
+            f"corpus.clean: {', '.join(unknown)} is not a benchmark of this run; choices: {', '.join(sorted(records))}"
+        )
+    return clean
 
 
 def build_planted_corpus(
@@ -65,8 +79,13 @@ def build_planted_corpus(
     seed: int = 0,
     planted_fraction: float = 0.25,
     near_miss_fraction: float = 0.1,
+    clean: Collection[str] = (),
 ) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Write the corpus as jsonl shards under ``folder``; returns (paths, manifest by record id)."""
+    """Write the corpus as jsonl shards under ``folder``; returns (paths, manifest by record id).
+
+    Benchmarks in ``clean`` get no planted row, only their near-misses: the corpus holds nothing of
+    them, so a method that flags them shows a false positive.
+    """
     import random
 
     if not filler_texts:
@@ -77,7 +96,7 @@ def build_planted_corpus(
     for bench in sorted(records):
         rows = list(records[bench])
         rng.shuffle(rows)
-        n_plant = round(len(rows) * planted_fraction)
+        n_plant = 0 if bench in clean else round(len(rows) * planted_fraction)
         n_near = round(len(rows) * near_miss_fraction)
         chosen = rows[: n_plant + n_near]
         for i, record in enumerate(chosen):

@@ -201,6 +201,7 @@ class Outputs:
     score: str | None
     score_label: str = ""
     membership: str | None = None
+    missing_as: float | None = None  # what an empty score cell means (e.g. 0.0: nothing matched); None: not scored
 
 
 @dataclass(frozen=True)

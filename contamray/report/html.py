@@ -30,7 +30,7 @@ import pandas as pd
 from contamray.report import plots
 from contamray.report.correction import TITLES, check_correction
 from contamray.report.runs import RunSet, load_runs
-from contamray.report.scores import SCORES, example_scores, filled_columns, is_numeric_type, score_spec
+from contamray.report.scores import declared_score, example_scores, filled_columns, score_spec
 from contamray.report.tables import NOT_FLAGGED, MethodTable, annotate, describe, method_tables, render_markdown
 
 log = logging.getLogger("contamray")
@@ -47,7 +47,7 @@ th { background: #f2f2f2; font-weight: 600; }
 td.model { text-align: left; font-weight: 600; background: #fafafa; }
 td.flagged { font-weight: 700; }
 td.not-flagged { color: #777; }
-td.missing, td.error { color: #999; font-style: italic; }
+td.missing, td.error, td.inconclusive, td.not-applicable { color: #999; font-style: italic; }
 table.long td { text-align: left; font-size: 12px; }
 figure { margin: 8px 0 20px; }
 figcaption { font-size: 12px; color: #555; }
@@ -110,13 +110,13 @@ def _distributions(
     columns = runs.example_columns(table.method)
     if not columns:
         return [], f"{table.method}: no examples.parquet in the runs; no score distributions"
-    mapped = SCORES.get(table.method_name)
-    needed = mapped.columns if mapped else [c for c, kind in columns.items() if is_numeric_type(kind)]
-    frame = runs.examples(table.method, needed)
+    declared = declared_score(table.method_name)
+    if declared is None:
+        return [], f"{table.method}: {table.method_name} declares no per-example score; no score distributions"
+    frame = runs.examples(table.method, declared.columns)
     spec = score_spec(table.method_name, filled_columns(frame))
     if spec is None or frame.empty:
-        wanted = " and ".join(mapped.columns) if mapped else "a numeric per-example column"
-        return [], f"{table.method}: the examples have no values in {wanted}; no score distributions"
+        return [], f"{table.method}: the examples have no values in {declared.column}; no score distributions"
     scores = example_scores(frame, spec)
     frame = frame.loc[scores.index, ["model", "partition"]].assign(score=scores.to_numpy())
     out_list = []
@@ -223,8 +223,8 @@ def _page(
 
 
 LONG_COLUMNS = [
-    "model", "partition", "method", "method_name", "p_value", "p_adjusted", "flagged", "rate", "statistic",
-    "contaminated", "n_examples", "n_failed", "error", "run",
+    "model", "partition", "method", "method_name", "decision", "reason", "p_value", "p_adjusted", "flagged", "rate",
+    "statistic", "n_examples", "n_failed", "error", "run",
 ]
 
 

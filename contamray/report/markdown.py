@@ -15,11 +15,13 @@ from typing import Any
 
 import pandas as pd
 
+from contamray.report.runs import decision_of as _decide
 from contamray.report.runs import details_summary
 
 COLUMNS = (
-    "model", "partition", "method", "contaminated", "p_value", "rate", "statistic", "n_examples", "n_failed", "how",
+    "model", "partition", "method", "decision", "p_value", "rate", "statistic", "n_examples", "n_failed", "how",
 )  # fmt: skip
+DECISION_TEXT = {"contaminated": "**contaminated**", "inconclusive": "_inconclusive_", "not_applicable": "n/a"}
 
 
 def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "contamray run") -> str:
@@ -29,15 +31,26 @@ def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "cont
     else:
         lines += [
             "Each row answers: was this benchmark partition in this model's training data (or, for",
-            "open-data methods, in this corpus)? `p_value` is the method's test; `rate` the share of",
-            "examples found contaminated; `statistic` the method's own effect size.",
+            "open-data methods, in this corpus)? `decision` is the method's own: contaminated, clean, or",
+            "inconclusive when the data could not tell (the reason is listed below); `p_value` is the",
+            "method's test; `rate` the share of examples found contaminated; `statistic` the method's own",
+            "effect size; `how` what was compared.",
             "",
             "| " + " | ".join(COLUMNS) + " |",
             "|" + "---|" * len(COLUMNS),
         ]
         for _, row in partitions.sort_values(["model", "partition", "method"]).iterrows():
             values = {**row.to_dict(), "how": details_summary(row.get("details")) or None}
+            values["decision"] = DECISION_TEXT.get(decision_of(row), decision_of(row))
             lines.append("| " + " | ".join(_cell(values.get(c)) for c in COLUMNS) + " |")
+        reasons = [
+            (r["model"], r["partition"], r["method"], decision_of(r), r.get("reason"))
+            for _, r in partitions.sort_values(["model", "partition", "method"]).iterrows()
+            if decision_of(r) in ("inconclusive", "not_applicable") and isinstance(r.get("reason"), str)
+        ]
+        if reasons:
+            lines += ["", "## Undecided and skipped cells", ""]
+            lines += [f"- {m} / {p} / {meth}: {d} - {why}" for m, p, meth, d, why in reasons]
         errors = [(r["model"], r["partition"], r["method"], r["error"]) for _, r in partitions.iterrows()
                   if isinstance(r.get("error"), str) and r.get("error")]
         if errors:
@@ -52,6 +65,12 @@ def write_report(output_dir: str | Path, partitions: pd.DataFrame, config_yaml: 
     path = Path(output_dir) / "report.md"
     path.write_text(render_report(partitions, config_yaml, title))
     return path
+
+
+def decision_of(row: Any) -> str:
+    """The row's decision (``decision`` column; runs from before it existed: ``contaminated``)."""
+    error = row.get("error")
+    return _decide(row.get("decision"), row.get("contaminated"), error if isinstance(error, str) else "")
 
 
 def _cell(value: Any) -> str:

@@ -31,6 +31,8 @@ OPTIONAL = {
     "benchmark": "",
     "cell_hash": "",
     "method_name": "",
+    "decision": "",
+    "reason": "",
 }
 KEY = ["model", "partition", "method"]
 
@@ -154,6 +156,10 @@ def _read_partitions(run_dir: Path) -> pd.DataFrame:
             table[column] = default
     table["method_name"] = [n if isinstance(n, str) and n else m for n, m in zip(table["method_name"], table["method"])]
     table["error"] = table["error"].fillna("").astype(str)
+    table["reason"] = table["reason"].fillna("").astype(str)
+    table["decision"] = [
+        decision_of(d, c, e) for d, c, e in zip(table["decision"], table["contaminated"], table["error"])
+    ]
     table["details"] = table["details"].map(_details_text)
     for column in ("p_value", "rate", "statistic"):
         table[column] = pd.to_numeric(table[column], errors="coerce")
@@ -171,6 +177,15 @@ def _read_partitions(run_dir: Path) -> pd.DataFrame:
 def _natural(path: Path) -> tuple[int, int | str]:
     """Hydra job numbers in numeric order (2 before 10), names alphabetically after them."""
     return (0, int(path.name)) if path.name.isdigit() else (1, path.name)
+
+
+def decision_of(decision: Any, contaminated: Any, error: str) -> str:
+    """A cell's three-valued decision; runs written before decisions existed decided by ``contaminated``."""
+    if error:
+        return "error"
+    if isinstance(decision, str) and decision:
+        return decision
+    return "contaminated" if bool(contaminated) else "clean"
 
 
 def details_summary(value: Any) -> str:

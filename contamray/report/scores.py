@@ -1,62 +1,58 @@
 """Which per-example number is a method's score, for the per-partition distribution plots.
 
-``examples.parquet`` holds every column every method wrote; the plots need the one number per example
-whose distribution the method's test (or rate) is about. A small mapping names it per registered method
-(``method_name`` in ``partitions.parquet``); a method not in the mapping falls back to a ``score``
-column, then a column ending in ``_score``, then the first floating-point column its rows fill.
+``examples.parquet`` holds every column every method wrote; a plot needs the one number per example
+whose distribution the method's decision rests on. Each method declares it (``Method.outputs.score``,
+``contamray.methods.base.Outputs``); the report reads that declaration and never guesses: a method
+that declares no score (or whose rows do not fill it) gets no plot, with a note saying so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from contamray.methods.base import Outputs, get_method
+
+NOT_SCORES = {"model", "partition", "method", "record_id", "error", "benchmark", "cell_hash", "run"}
+
 
 @dataclass(frozen=True)
 class ScoreSpec:
     label: str  # axis label
-    columns: tuple[str, ...]  # the examples columns it needs
-    compute: Callable[[pd.DataFrame], pd.Series]
+    column: str  # the examples column holding it
+    missing_as: float | None = None  # what an empty cell means (None: not scored)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column,)
+
+    def compute(self, frame: pd.DataFrame) -> pd.Series:
+        values = pd.to_numeric(frame[self.column].map(_number), errors="coerce")
+        return values if self.missing_as is None else values.fillna(self.missing_as)
 
 
-def _column(name: str) -> Callable[[pd.DataFrame], pd.Series]:
-    return lambda frame: pd.to_numeric(frame[name], errors="coerce")
+def declared_outputs(method_name: str) -> Outputs | None:
+    """``method_name``'s declaration (None for a method this installation does not know)."""
+    try:
+        return get_method(method_name).outputs
+    except KeyError:
+        return None
 
 
-SCORES: dict[str, ScoreSpec] = {
-    # Golchin & Surdeanu, Algorithm 1 tests whether guided completions overlap the reference more than
-    # general ones: the per-example difference of ROUGE-L F1.
-    "guided_prompting": ScoreSpec(
-        "ROUGE-L guided − general",
-        ("rougeL_guided", "rougeL_general"),
-        lambda f: _column("rougeL_guided")(f) - _column("rougeL_general")(f),
-    ),
-    # n-gram overlap: share of the example's distinct n-grams found in the corpus.
-    "ngram_overlap": ScoreSpec("fraction of n-grams matched", ("fraction_matched",), _column("fraction_matched")),
-}
-FALLBACK_NAMES = ("score",)
-NOT_SCORES = {"model", "partition", "method", "record_id", "error", "benchmark", "cell_hash", "run"}
+def declared_score(method_name: str) -> ScoreSpec | None:
+    """The per-example score ``method_name`` declares, or None when it declares none."""
+    outputs = declared_outputs(method_name)
+    if outputs is None or outputs.score is None:
+        return None
+    return ScoreSpec(outputs.score_label or outputs.score, outputs.score, outputs.missing_as)
 
 
 def score_spec(method_name: str, columns: dict[str, str]) -> ScoreSpec | None:
-    """The score of ``method_name``, given the columns its example rows fill (``filled_columns``).
-
-    None when a mapped method's columns are not filled, or an unmapped method fills no numeric column.
-    """
-    spec = SCORES.get(method_name)
-    if spec is not None:
-        return spec if all(c in columns for c in spec.columns) else None
-    for name in FALLBACK_NAMES:
-        if name in columns and is_numeric_type(columns[name]):
-            return ScoreSpec(name, (name,), _column(name))
-    for name, kind in columns.items():
-        if name.endswith("_score") and is_numeric_type(kind):
-            return ScoreSpec(name, (name,), _column(name))
-    floats = [n for n, k in columns.items() if k in ("double", "float", "halffloat") and n not in NOT_SCORES]
-    return ScoreSpec(floats[0], (floats[0],), _column(floats[0])) if floats else None
+    """The declared score of ``method_name`` if the rows fill it (``filled_columns``), else None."""
+    spec = declared_score(method_name)
+    return spec if spec is not None and spec.column in columns else None
 
 
 def filled_columns(frame: pd.DataFrame) -> dict[str, str]:
@@ -82,6 +78,13 @@ def example_scores(frame: pd.DataFrame, spec: ScoreSpec) -> pd.Series:
     return values[ok & np.isfinite(values)]
 
 
-def is_numeric_type(kind: str) -> bool:
-    """Whether an Arrow type name (``str(pyarrow type)``) is a number."""
-    return kind in ("double", "float", "halffloat", "int64", "int32", "int16", "int8")
+def _number(value: object) -> float:
+    """A cell as a number: booleans as 0/1, the rest as they are (NaN when not a number)."""
+    if value is None:
+        return np.nan
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return np.nan

@@ -22,6 +22,7 @@ from contamray.report.runs import details_summary
 
 NOT_FLAGGED = "†"
 MISSING = "–"
+UNDECIDED = {"inconclusive": "inconclusive", "not_applicable": "n/a"}
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Cell:
     text: str  # the value as shown, with the † mark when not flagged
     value: float | None  # adjusted p-value or rate (None: no value)
     flagged: bool | None  # significant / contaminated; None when there is no value
-    status: Literal["flagged", "not_flagged", "missing", "error"]
+    status: Literal["flagged", "not_flagged", "missing", "error", "inconclusive", "not_applicable"]
     tooltip: str
 
 
@@ -63,22 +64,31 @@ class MethodTable:
 def annotate(partitions: pd.DataFrame, correction: str, alpha: float) -> pd.DataFrame:
     """Add ``kind``, ``p_adjusted`` and ``flagged`` to the merged cells.
 
-    The correction's family is every cell of the grid with a p-value and no error. ``flagged`` is
-    ``p_adjusted <= alpha`` for tested methods and the method's own ``contaminated`` for rate methods
-    (None where the cell has no value).
+    The correction's family is every *decided* cell of the grid with a p-value and no error (an
+    inconclusive cell's p-value is evidence, not a test the method stands by). ``kind`` is per cell:
+    ``p_value`` where the method decided by a test, ``rate`` where it measured (guided prompting decides
+    by Algorithm 2's judged share in some cells, by Algorithm 1's p in others). ``flagged`` is
+    ``p_adjusted <= alpha`` for tested cells and the method's own decision for rate cells (None where
+    the cell has no value, is undecided or was skipped).
     """
+    from contamray.report.runs import decision_of
+
     correction, alpha = check_correction(correction, alpha)
     table = partitions.copy()
-    ok = table["error"].fillna("").astype(str) == ""
-    tested = {m for m, p, good in zip(table["method"], table["p_value"], ok) if good and _number(p) is not None}
-    table["kind"] = ["p_value" if m in tested else "rate" for m in table["method"]]
+    if "decision" not in table.columns:
+        table["decision"] = ""
+    table["decision"] = [
+        decision_of(d, c, str(e or "")) for d, c, e in zip(table["decision"], table["contaminated"], table["error"])
+    ]
+    ok = (table["error"].fillna("").astype(str) == "") & table["decision"].isin(["contaminated", "clean"])
+    table["kind"] = ["p_value" if _number(p) is not None else "rate" for p in table["p_value"]]
     family = [
         _number(p) if good and kind == "p_value" else None for p, good, kind in zip(table["p_value"], ok, table["kind"])
     ]
     table["p_adjusted"] = adjust(family, correction)
     flagged: list[bool | None] = []
     for _, row in table.iterrows():
-        if row["error"]:
+        if row["error"] or row["decision"] in UNDECIDED:
             flagged.append(None)
         elif row["kind"] == "p_value":
             p = _number(row["p_adjusted"])
@@ -95,7 +105,8 @@ def method_tables(annotated: pd.DataFrame) -> list[MethodTable]:
     tables = []
     for method in sorted(annotated["method"].unique()):
         rows = annotated[annotated["method"] == method]
-        kind = rows["kind"].iloc[0]
+        kinds = rows.loc[~rows["decision"].isin(list(UNDECIDED)), "kind"]
+        kind = "p_value" if (kinds == "p_value").any() else "rate"
         models = sorted(rows["model"].unique(), key=_model_key)
         partitions = sorted(rows["partition"].unique())
         cells = {(r["model"], r["partition"]): _cell(r) for _, r in rows.iterrows()}
@@ -113,10 +124,15 @@ def describe(table: MethodTable, correction: str, alpha: float, n_tests: int) ->
             if correction == "none"
             else f"p-values adjusted by {TITLES[correction]} over the {n_tests} tests of the grid"
         )
-        return f"Cells: {how}. {NOT_FLAGGED} = not significant at α = {alpha:g}."
+        return (
+            f"Cells: {how}; where the method decided by a rate instead, the rate. {NOT_FLAGGED} = not significant "
+            f"at α = {alpha:g} (for a rate: the method's own decision was 'clean'). inconclusive = the data could "
+            "not tell (reasons in report.md); n/a = the method does not apply."
+        )
     return (
         "Cells: contamination rate (share of the partition's examples found contaminated; this method "
-        f"measures, it does not test). {NOT_FLAGGED} = the method's own decision was 'clean'."
+        f"measures, it does not test). {NOT_FLAGGED} = the method's own decision was 'clean'. inconclusive = "
+        "the data could not tell; n/a = the method does not apply."
     )
 
 
@@ -170,6 +186,12 @@ def _cell(row: Any) -> Cell:
     parts = [f"{row['model']} · {row['partition']} · {row['method']}"]
     if row["error"]:
         return Cell("error", None, None, "error", "\n".join([*parts, f"error: {row['error']}"]))
+    if row["decision"] in UNDECIDED:
+        parts.append(f"method decision: {row['decision']}: {row.get('reason') or ''}")
+        raw = _number(row["p_value"])
+        if raw is not None:
+            parts.append(f"p = {format_number(raw, 'p_value')} (raw; not a decision)")
+        return Cell(UNDECIDED[row["decision"]], None, None, row["decision"], "\n".join(parts))
     raw = _number(row["p_value"])
     value = _number(row["p_adjusted"]) if kind == "p_value" else _number(row["rate"])
     if kind == "p_value":
@@ -181,7 +203,7 @@ def _cell(row: Any) -> Cell:
         parts.append(f"rate = {format_number(value, 'rate')}")
     stat = _number(row.get("statistic"))
     parts.append(f"statistic = {stat:.4g}" if stat is not None else "statistic = –")
-    parts.append(f"method decision: {'contaminated' if bool(row['contaminated']) else 'clean'}")
+    parts.append(f"method decision: {row['decision']}")
     how = details_summary(row.get("details"))
     if how:
         parts.append(f"how: {how}")

@@ -3,10 +3,12 @@
 Per method (a method label of the run config), over all labelled runs:
 
 - **partition level**, from ``partitions.parquet`` (one verdict per model x partition): accuracy of
-  ``contaminated`` against ``truth``; false-positive rate on clean partitions; true-positive rate on
-  contaminated partitions, overall and at duplication >= 2 (the issue's goal). Cells whose reduce
-  failed (``error``), whose every example failed (the method does not apply to the partition, e.g.
-  a multiple-choice method on QA rows) or whose truth is unknown are left out, counted in ``n_skipped``;
+  the decided verdicts (``decision`` contaminated / clean) against ``truth``; false-positive rate on
+  clean partitions; true-positive rate on contaminated partitions, overall and at duplication >= 2
+  (the issue's goal). ``inconclusive`` verdicts (and cells whose every example failed) are counted
+  apart (``n_inconclusive`` and their share of the answered cells), never as clean; cells whose
+  reduce failed (``error``), that the plan skipped (``not_applicable``) or whose truth is unknown
+  are left out, counted in ``n_skipped``;
 - **instance level**, from ``examples.parquet`` (``member``): for each injected partition, its member
   rows against the non-member rows of the same benchmark seen by the same model (the other rows of
   that partition when only a fraction was injected, and clean partitions of the same adapter - e.g.
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from contamray.report.runs import decision_of
 from contamray.validate.instance import instance_scores
 from contamray.validate.metrics import mean, roc_auc, tpr_at_fpr
 from contamray.validate.truth import LabelledRun
@@ -46,9 +49,23 @@ def all_failed(parts: pd.DataFrame) -> pd.Series:
     return (n > 0) & (failed >= n)
 
 
-def _usable(parts: pd.DataFrame) -> pd.Series:
+def decisions(parts: pd.DataFrame) -> pd.Series:
+    """Each cell's three-valued decision (``error`` for failed cells; runs from before decisions existed
+    decided by ``contaminated``)."""
     error = parts["error"].fillna("").astype(str) if "error" in parts.columns else pd.Series("", index=parts.index)
-    return parts["truth"].notna() & (error == "") & parts["contaminated"].notna() & ~all_failed(parts)
+    decision = parts["decision"] if "decision" in parts.columns else pd.Series("", index=parts.index)
+    out = [decision_of(d, c, e) for d, c, e in zip(decision, parts["contaminated"], error)]
+    return pd.Series(out, index=parts.index, dtype=object).where(~all_failed(parts), "inconclusive")
+
+
+def _judged(parts: pd.DataFrame) -> pd.Series:
+    """Cells with a known truth that the method answered (decided or inconclusive)."""
+    return parts["truth"].notna() & decisions(parts).isin(["contaminated", "clean", "inconclusive"])
+
+
+def _usable(parts: pd.DataFrame) -> pd.Series:
+    """Cells with a known truth and a decision (contaminated or clean)."""
+    return parts["truth"].notna() & decisions(parts).isin(["contaminated", "clean"])
 
 
 def _rate(flags: pd.Series) -> float:
@@ -60,6 +77,7 @@ def partition_scores(parts: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for method, group in parts.groupby("method", sort=True):
         ok = group[_usable(group)]
+        judged = group[_judged(group)]
         truth = ok["truth"].astype(bool)
         flagged = ok["contaminated"].astype(bool)
         positives, negatives = ok[truth], ok[~truth]
@@ -69,7 +87,9 @@ def partition_scores(parts: pd.DataFrame) -> pd.DataFrame:
             "n_partitions": len(ok),
             "n_contaminated": int(truth.sum()),
             "n_clean": int((~truth).sum()),
-            "n_skipped": len(group) - len(ok),
+            "n_inconclusive": len(judged) - len(ok),
+            "inconclusive": _rate(pd.Series([True] * (len(judged) - len(ok)) + [False] * len(ok))),
+            "n_skipped": len(group) - len(judged),
             "accuracy": _rate(flagged == truth),
             "fpr": _rate(negatives["contaminated"]),
             "tpr": _rate(positives["contaminated"]),
@@ -168,14 +188,15 @@ def render(runs: Sequence[LabelledRun], max_fpr: float = 0.05, note: str = "") -
     parts = pd.concat([r.partitions for r in runs], ignore_index=True)
     fpr_pct = f"{100 * max_fpr:g} %"
     lines = [
-        f"| method | family | partitions (contaminated / clean) | accuracy | FPR clean | TPR | TPR dup ≥ 2 | "
-        f"AUC | AUC dup ≥ 5 | TPR@{fpr_pct} FPR dup ≥ 5 | engine tokens | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| method | family | decided (contaminated / clean) | inconclusive | accuracy | FPR clean | TPR | "
+        f"TPR dup ≥ 2 | AUC | AUC dup ≥ 5 | TPR@{fpr_pct} FPR dup ≥ 5 | engine tokens | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in board.sort_values(["family", "method"]).iterrows():
         lines.append(
             f"| `{r['method']}` | {r['family']} | {r['n_partitions']} ({r['n_contaminated']} / {r['n_clean']}) | "
-            f"{_fmt(r['accuracy'])} | {_fmt(r['fpr'])} | {_fmt(r['tpr'])} | {_fmt(r['tpr_dup2'])} | "
+            f"{r['n_inconclusive']} ({_fmt(r['inconclusive'])}) | {_fmt(r['accuracy'])} | {_fmt(r['fpr'])} | "
+            f"{_fmt(r['tpr'])} | {_fmt(r['tpr_dup2'])} | "
             f"{_fmt(r['auc'], 'auc')} | {_fmt(r['auc_dup5'], 'auc')} | {_fmt(r['tpr_at_fpr_dup5'])} | "
             f"{_fmt(r['engine_tokens'], 'int')} | {_fmt(r['seconds'], 'sec')} |"
         )

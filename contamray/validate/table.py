@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from contamray.report.runs import decision_of
 from contamray.validate.truth import LabelledRun, label_run
 
 TRUTH_FILE = "truth.md"
@@ -36,8 +37,11 @@ def _cell(row: pd.Series) -> str:
         return "(reference)"
     if str(row.get("error") or ""):
         return "error"
-    if row.get("n_examples") and row.get("n_failed", 0) >= row["n_examples"]:
-        return "n/a (every row failed)"
+    decision = decision_of(row.get("decision"), row.get("contaminated"), "")
+    if decision == "not_applicable":
+        return "n/a (does not apply)"
+    if decision == "inconclusive" or (row.get("n_examples") and row.get("n_failed", 0) >= row["n_examples"]):
+        return f"? inconclusive {_evidence(row)}".strip()
     flagged = bool(row["contaminated"])
     word = "yes" if flagged else "no"
     if row["truth"] is None or pd.isna(row["truth"]):
@@ -79,8 +83,9 @@ def model_table(parts: pd.DataFrame) -> str:
             if row is None:
                 cells.append("")
                 continue
-            cells.append(_cell(row))
-            if _cell(row) not in ("error", "n/a (every row failed)", "(reference)") and not pd.isna(row["truth"]):
+            shown = _cell(row)
+            cells.append(shown)
+            if shown.startswith(("✓", "✗")):
                 known += 1
                 right += int(bool(row["contaminated"]) == bool(row["truth"]))
         lines.append(f"| `{method}` | " + " | ".join(cells) + f" | {right}/{known} |")
@@ -97,7 +102,8 @@ def truth_tables(run: LabelledRun) -> str:
             title = f"{what} `{model}`"
             out += [f"### {title}", "", model_table(group), ""]
     out.append(
-        "✓ = verdict matches the truth, ✗ = it does not. \"clean\" means not injected: only synthetic_facts is clean "
+        "✓ = verdict matches the truth, ✗ = it does not; ? = the method could not tell (counted in neither). "
+        "\"clean\" means not injected: only synthetic_facts is clean "
         "by construction; the base model may have seen public benchmarks in pre-training."
     )
     return "\n".join(out) + "\n"

@@ -21,8 +21,10 @@ into this method's table on ``record_id`` (``contamray.methods.base``). ``reduce
 subset and tests the difference with Fisher's exact test (scipy; two-by-two table of correct /
 incorrect by dirty / clean): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
 direction contamination inflates), two-sided p-values per subset are in ``details``. The partition is
-called contaminated (evaluation inflated) when ``p_value < alpha``. The report gives the accuracies
-without a test; the test is ours.
+called contaminated (evaluation inflated) when ``p_value < alpha``; inconclusive when a subset is
+empty or even the most lopsided table the margins allow could not reach ``alpha`` (too few rows). The
+report gives the accuracies without a test; the test is ours. It applies to multiple-choice
+benchmarks only (``applies.needs_choices``): the plan skips it elsewhere, with the reason.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.methods.base import Applies, Method, Output, Outputs, Request, Verdict, register
 from contamray.records import Record
 
 NAME = "clean_dirty_eval"
@@ -129,11 +131,33 @@ def fisher(correct_a: int, n_a: int, correct_b: int, n_b: int) -> tuple[float, f
     return float(fisher_exact(table, alternative="greater")[1]), float(fisher_exact(table)[1])
 
 
+def _undecidable(dirty: list[bool], clean: list[bool], cfg: CleanDirtyConfig) -> str:
+    """Why the accuracy comparison cannot decide, or "": a subset is empty, or even the most extreme
+    table with these margins (every correct answer in the dirty subset) would not reach ``alpha``."""
+    if not dirty or not clean:
+        missing = "dirty" if not dirty else "clean"
+        return (
+            f"no {missing} example to compare with (methods.{cfg.contamination_from} found "
+            f"{len(dirty)} dirty and {len(clean)} clean): an accuracy gap needs both; see that method's verdict"
+        )
+    correct = sum(dirty) + sum(clean)
+    best = min(correct, len(dirty))
+    floor, _ = fisher(best, len(dirty), correct - best, len(clean))
+    if floor > cfg.alpha:
+        return (
+            f"{len(dirty)} dirty and {len(clean)} clean examples ({correct} correct): even all correct answers in the "
+            f"dirty subset would give Fisher p={floor:.3g} > alpha={cfg.alpha}; score more rows (run.limit)"
+        )
+    return ""
+
+
 @register
 class CleanDirtyEval(Method):
     """Registered as ``clean_dirty_eval`` (family ``closed``; needs ``contamination_from``)."""
 
     name = NAME
+    outputs = Outputs(score="correct", score_label="answered correctly (1) or not (0)", membership=None)
+    applies = Applies(needs_choices=True)
     family = "closed"
     Config = CleanDirtyConfig
     engine_roles = ("target",)
@@ -219,7 +243,7 @@ class CleanDirtyEval(Method):
                     p_value = one
         statistic = acc["dirty"] - acc["clean"] if groups["dirty"] and clean else float("nan")
         n_dirty = len(groups["dirty"])
-        return Verdict(
+        verdict = Verdict(
             method=NAME,
             partition=partitions[0] if partitions else "",
             statistic=statistic,
@@ -230,3 +254,9 @@ class CleanDirtyEval(Method):
             n_failed=sum(bool(r.get("error")) for r in own),
             details=details,
         )
+        reason = _undecidable(groups["dirty"], clean, cfg)
+        details["summary"] = reason or (
+            f"accuracy dirty {acc['dirty']:.2f} (n={n_dirty}) vs clean {acc['clean']:.2f} (n={len(clean)}), "
+            f"one-sided Fisher p={p_value:.3g}"
+        )
+        return verdict.make_inconclusive(reason) if reason else verdict

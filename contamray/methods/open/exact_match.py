@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Verdict, register
+from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
 from contamray.metrics import ngrams as ng
@@ -217,5 +217,10 @@ class ExactMatch(common.OpenMethod):
     """Registered as ``exact_match`` (family ``open``)."""
 
     name = NAME
+    outputs = Outputs(
+        score="n_docs",
+        score_label="corpus documents holding the normalised example",
+        membership="contaminated",
+    )
     Config = ExactMatchConfig
     steps = common.Steps(build_index, match, score, reduce)

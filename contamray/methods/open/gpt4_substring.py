@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Verdict, register
+from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.metrics import rolling
 from contamray.records import Record
@@ -237,6 +237,7 @@ def score(records: list[Record], matches: Any, cfg: GPT4SubstringConfig) -> list
             "n_samples": len(ex.samples),
             "samples": [s.text for s in ex.samples],
             "samples_found": found,
+            "n_samples_found": len(found),
         }
         out.append(
             common.example_row(
@@ -270,5 +271,10 @@ class GPT4Substring(common.OpenMethod):
     """Registered as ``gpt4_substring`` (family ``open``)."""
 
     name = NAME
+    outputs = Outputs(
+        score="n_samples_found",
+        score_label="random 50-character substrings found in the corpus",
+        membership="n_samples_found",
+    )
     Config = GPT4SubstringConfig
     steps = common.Steps(build_index, match, score, reduce)

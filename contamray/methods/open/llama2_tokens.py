@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Verdict, register
+from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
 from contamray.metrics import ngrams as ng
@@ -316,5 +316,10 @@ class Llama2Tokens(common.OpenMethod):
     """Registered as ``llama2_tokens`` (family ``open``)."""
 
     name = NAME
+    outputs = Outputs(
+        score="contaminated_share",
+        score_label="share of tokens in contaminated spans",
+        membership="contaminated_share",
+    )
     Config = Llama2TokensConfig
     steps = common.Steps(build_index, match, score, reduce)

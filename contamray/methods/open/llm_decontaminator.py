@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.methods.base import Output, Request, Sampling, Verdict, register
+from contamray.methods.base import Output, Outputs, Request, Sampling, Verdict, register
 from contamray.methods.open import common, embedding_scan
 from contamray.metrics.embedding import MINILM
 from contamray.records import Record
@@ -283,6 +283,11 @@ class LLMDecontaminator(common.OpenMethod):
     """Registered as ``llm_decontaminator`` (family ``open``, needs the ``judge`` engine)."""
 
     name = NAME
+    outputs = Outputs(
+        score="judged_true",
+        score_label="candidates the judge called rephrasings",
+        membership="judged_true",
+    )
     Config = LLMDecontaminatorConfig
     engine_roles = ("judge",)
     steps = common.Steps(build_index, match, score, reduce)

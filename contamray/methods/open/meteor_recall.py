@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Verdict, register
+from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open import ngram_overlap as ngo
 from contamray.metrics import meteor as mt
@@ -293,5 +293,10 @@ class MeteorRecall(common.OpenMethod):
     """Registered as ``meteor_recall`` (family ``open``)."""
 
     name = NAME
+    outputs = Outputs(
+        score="meteor_recall",
+        score_label="best METEOR recall over corpus windows",
+        membership="meteor_recall",
+    )
     Config = MeteorRecallConfig
     steps = common.Steps(build_index, match, score, reduce)

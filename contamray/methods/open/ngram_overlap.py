@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Verdict, register
+from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.common import CONTAMINATION_TYPES, HashTable
 from contamray.metrics.hash_lookup import SortedHashes
@@ -729,6 +729,12 @@ class NGramOverlap(common.OpenMethod):
     """Registered as ``ngram_overlap`` (family ``open``); the steps are the module functions."""
 
     name = NAME
+    outputs = Outputs(
+        score="fraction_matched",
+        score_label="fraction of n-grams matched",
+        membership="fraction_matched",
+        missing_as=0.0,
+    )
     Config = NGramOverlapConfig
     steps = common.Steps(build_index, match, score, reduce)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.methods.base import Verdict, register
+from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common, embedding_scan
 from contamray.metrics.embedding import MINILM
 from contamray.records import Record
@@ -146,5 +146,10 @@ class PlatypusEmbedding(common.OpenMethod):
     """Registered as ``platypus_embedding`` (family ``open``)."""
 
     name = NAME
+    outputs = Outputs(
+        score="max_similarity",
+        score_label="best cosine similarity to a corpus passage",
+        membership="max_similarity",
+    )
     Config = PlatypusConfig
     steps = common.Steps(build_index, match, score, reduce)

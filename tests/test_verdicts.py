@@ -1,0 +1,67 @@
+"""Three-valued verdicts and what the plan decides before any work (issue #13).
+
+Known answers only: the decision a verdict carries, the cells a plan skips and why, the configs it
+refuses (self-judging, a window longer than the model's context) and the power warnings it gives.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from contamray.methods.base import Verdict, get_method
+from contamray.pipeline.plan import ConfigError
+from tests.test_config import plan_of
+
+
+def test_a_verdict_is_contaminated_clean_or_inconclusive() -> None:
+    assert Verdict("m", "p", 0.0, True).decision == "contaminated"
+    assert Verdict("m", "p", 0.0, False).decision == "clean"
+    undecided = Verdict("m", "p", 0.0, decision="inconclusive", reason="3 rows")
+    assert not undecided.contaminated and undecided.reason == "3 rows"
+    with pytest.raises(ValueError, match="needs a reason"):
+        Verdict("m", "p", 0.0, decision="inconclusive")
+    with pytest.raises(ValueError, match="not one of"):
+        Verdict("m", "p", 0.0, decision="maybe")
+    flagged = Verdict("m", "p", 0.0, True, p_value=0.01).make_inconclusive("null not credible")
+    assert (flagged.decision, flagged.contaminated, flagged.p_value) == ("inconclusive", False, 0.01)
+
+
+def test_failed_rows_make_a_decision_inconclusive() -> None:
+    method = get_method("exact_match")
+    cfg = method.make_config({})
+    settle = method.settle
+    assert settle(Verdict("m", "p", 0.0, True, n_examples=10, n_failed=5), cfg).decision == "contaminated"
+    most = settle(Verdict("m", "p", 0.0, False, n_examples=10, n_failed=6), cfg)
+    assert most.decision == "inconclusive" and "6 of 10 rows failed" in most.reason
+    every = settle(Verdict("m", "p", 0.0, False, n_examples=4, n_failed=4), cfg)
+    assert every.decision == "inconclusive" and "every row failed" in every.reason
+    assert settle(Verdict("m", "p", 0.0, False, n_examples=0), cfg).decision == "inconclusive"
+
+
+def test_the_plan_skips_pairs_a_method_does_not_apply_to_with_the_reason() -> None:
+    plan = plan_of(
+        "benchmark=[synthetic_facts,arc_challenge]", "method=[clean_dirty_eval,ngram13]",
+        "methods.clean_dirty_eval.contamination_from=ngram13",
+    )  # fmt: skip
+    skipped = {(c.benchmark, c.method): why for c, why in plan.skipped}
+    assert list(skipped) == [("synthetic_facts", "clean_dirty_eval")]
+    assert "multiple-choice" in skipped[("synthetic_facts", "clean_dirty_eval")]
+    assert {(c.benchmark, c.method) for c in plan.cells} == {
+        ("synthetic_facts", "ngram13"), ("arc_challenge", "ngram13"), ("arc_challenge", "clean_dirty_eval"),
+    }  # fmt: skip
+
+
+def test_a_window_longer_than_the_models_context_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"methods.min_k.context_len: 4096 .* models.smollm2_135m.max_model_len"):
+        plan_of("method=[min_k]", "methods.min_k.context_len=4096", "models.smollm2_135m.max_model_len=2048")
+    plan_of("method=[min_k]", "methods.min_k.context_len=1024", "methods.min_k.stride=512")
+
+
+def test_a_target_judging_itself_is_refused_unless_asked() -> None:
+    with pytest.raises(ConfigError, match="needs a judge other than the target"):
+        plan_of("method=[guided_prompting]", "methods.guided_prompting.judge=true")
+    with pytest.raises(ConfigError, match="is the target model"):
+        plan_of("method=[guided_prompting]", "methods.guided_prompting.judge=true", "+judge.source=smollm2-135m")
+    plan_of(
+        "method=[guided_prompting]", "methods.guided_prompting.judge=true", "+methods.guided_prompting.self_judge=true"
+    )
