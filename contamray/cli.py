@@ -9,7 +9,10 @@
   config (``models.<name>.inject``), e.g. ``contamray inject +exp=canary``;
 - ``contamray validate [overrides...] | --runs DIR... | --truth RUN_DIR``: the detector scoreboard over an
   injection grid, written into README.md; ``--truth`` prints one run's verdicts against the truth;
-- ``contamray methods``: registered detection methods, their family and parameters;
+- ``contamray calibrate [--benchmarks ...] [--slices 10] [--size 20]``: each closed-data test's flag rate on
+  slices of benchmarks under one model (default: the embedded base model), written into README.md;
+- ``contamray methods``: registered detection methods, their family, parameters, declared per-example
+  score and membership columns, and where they apply;
 - ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type.
 """
 
@@ -33,7 +36,16 @@ def _methods() -> None:
             for f in dataclasses.fields(method.Config)
         )
         doc = (sys.modules[type(method).__module__].__doc__ or "").strip().splitlines()
-        print(f"{name} [{method.family}] {doc[0] if doc else ''}\n    {params}")
+        out, applies = method.outputs, method.applies
+        limits = [f"tasks: {'/'.join(applies.tasks)}"] if applies.tasks else []
+        limits += ["multiple-choice only"] if applies.needs_choices else []
+        limits += [f">= {applies.min_rows} rows"] if applies.min_rows > 1 else []
+        where = ", ".join(limits) or "every benchmark"
+        print(
+            f"{name} [{method.family}] {doc[0] if doc else ''}\n    {params}\n"
+            f"    score: {out.score or '-'} ({out.score_label or 'none declared'}); membership score: "
+            f"{out.membership or '- (decides per partition)'}; applies to: {where}"
+        )
 
 
 def _benchmarks() -> None:
@@ -97,9 +109,11 @@ def main(argv: list[str] | None = None) -> None:
         code = _report(argv)
         if code:
             sys.exit(code)
-    elif command in ("inject", "validate"):
+    elif command in ("inject", "validate", "calibrate"):
         if command == "inject":
             from contamray.inject.command import main as command_main
+        elif command == "calibrate":
+            from contamray.validate.calibrate import main as command_main
         else:
             from contamray.validate.command import main as command_main
         code = command_main(argv)

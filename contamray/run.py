@@ -54,7 +54,8 @@ def run(cfg: DictConfig) -> Path:
     output_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     (output_dir / "config.yaml").write_text(config_yaml)
-    log.info("plan: %d cells, engine pools: %s", len(plan.cells),
+    log.info("plan: %d cells (%d skipped: the method does not apply), engine pools: %s", len(plan.cells),
+             len(plan.skipped),
              ", ".join(f"{p.name}({p.backend}, gpus={p.num_gpus}, x{p.concurrency})" for p in plan.engine_pools()))
     init_ray(plan.ray)
     if cfg.run.get("dry_run", False):
@@ -62,6 +63,10 @@ def run(cfg: DictConfig) -> Path:
 
         for cell in plan.cells:
             print(f"cell {cell.key} ({cell.family})")
+        for cell, reason in plan.skipped:
+            print(f"skipped {cell.key}: {reason}")
+        for warning in plan.warnings:
+            print(f"warning: {warning}")
         for p in reserve_engine_pools(plan):
             print(f"engine pool {p.pool}: backend={p.backend} num_gpus={p.num_gpus} x{p.concurrency} "
                   f"on nodes {p.nodes}")

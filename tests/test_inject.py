@@ -118,6 +118,23 @@ def test_stream_canonical_copies_and_manifest_rows() -> None:
     assert info["partitions"] == ["synthetic_facts/default/test"] and info["n_injected"] == 6
 
 
+def test_stream_web_page_context_names_dataset_and_split() -> None:
+    """``context: web_page`` puts each copy under a title naming the dataset, config and split (what guided
+    prompting's instruction refers to); ``none`` leaves the rows alone."""
+    records = _records()
+    page = build_stream(validate_inject_spec(spec(duplication=2, context="web_page"), WHERE, {"sf"}), records, [], 0)
+    plain = build_stream(validate_inject_spec(spec(duplication=2), WHERE, {"sf"}), records, [], 0)
+    for u in page.units:
+        title, line, *rows = u.text.split("\n")
+        assert title == "synthetic_facts / default / test.jsonl"
+        assert line == "The test split of the synthetic_facts dataset (default config), one example per line."
+        assert [json.loads(r)["input"] for r in rows] == [r.input for r in records["sf"]]
+    assert all(u.text.startswith("{") for u in plain.units)
+    assert page.partitions["sf"]["kind"] == "verbatim/input_and_label/canonical/web_page"
+    with pytest.raises(ValueError, match=r"partitions\[0\]\.context: 'html' is not one of none, web_page"):
+        validate_inject_spec(spec(context="html"), WHERE, {"sf"})
+
+
 def test_stream_shuffled_input_only_text_and_fraction() -> None:
     records = _records(10)
     parsed = validate_inject_spec(

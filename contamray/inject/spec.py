@@ -11,6 +11,7 @@ Written under a model in the run config (``models.<name>.inject``) as plain YAML
           order: canonical             # canonical (dataset order, each copy) | shuffled (a new order per copy)
           format: json                 # json: a JSON-lines file of the fields | text: fields one per line
           fraction: 1.0                # share of the loaded rows injected; the rest stay unseen (non-members)
+          context: none                # none | web_page: each copy under a page title naming dataset and split
       background: {source: xsum, docs: 32, max_words: 200}   # filler documents mixed in
       epochs: 1
       lr: 1.0e-4
@@ -24,7 +25,12 @@ n-gram checks (Yang et al. 2023, "Rethinking Benchmark and Contamination ... wit
 shuffled copies defeat order-based tests (Oren et al.) but not membership scores (Min-K%). ``format``
 picks how a leaked benchmark looks in the stream; ``json`` is a benchmark file as posted online, one
 JSON object per example (as Oren et al.'s files, and the serialisation the sharded likelihood test
-scores by default), ``text`` its fields one per line with a blank line between examples.
+scores by default), ``text`` its fields one per line with a blank line between examples. ``context``
+is what surrounds a copy: ``none`` (the rows alone) or ``web_page`` (a page title and a README-like
+line naming the dataset, its config and split, as a copy posted on the web carries them) - the premise
+of guided prompting (Golchin & Surdeanu 2023), which asks a model to complete an instance "from the
+{split} split of the {dataset} dataset", can only be tested on a model that saw the rows with that
+context.
 
 Every error names the config key (``models.<name>.inject.partitions[1].duplication``), what was found
 and the allowed values.
@@ -41,6 +47,7 @@ FORMS = ("verbatim", "paraphrased")
 CONTENTS = ("input_and_label", "input_only")
 ORDERS = ("canonical", "shuffled")
 FORMATS = ("json", "text")
+CONTEXTS = ("none", "web_page")
 # fields serialised per content kind (Record attribute names)
 CONTENT_FIELDS = {"input_and_label": ("input", "label"), "input_only": ("input",)}
 
@@ -56,11 +63,12 @@ class PartitionSpec:
     order: str = "canonical"
     format: str = "json"
     fraction: float = 1.0
+    context: str = "none"
 
     @property
     def kind(self) -> str:
         """A short name of the contamination type, e.g. ``verbatim/input_and_label/canonical``."""
-        return f"{self.form}/{self.content}/{self.order}"
+        return f"{self.form}/{self.content}/{self.order}" + ("" if self.context == "none" else f"/{self.context}")
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,7 @@ def _partition(value: Any, where: str, benchmark_keys: set[str] | None) -> Parti
     _choice(spec.content, f"{where}.content", CONTENTS)
     _choice(spec.order, f"{where}.order", ORDERS)
     _choice(spec.format, f"{where}.format", FORMATS)
+    _choice(spec.context, f"{where}.context", CONTEXTS)
     fraction = spec.fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ValueError(f"{where}.fraction: expected a number in (0, 1], got {fraction!r}")

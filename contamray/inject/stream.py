@@ -80,6 +80,19 @@ def injected_text(record: Record, spec: PartitionSpec) -> str:
     return serialise(record, fields, spec.format)
 
 
+def page_header(partition: str, spec: PartitionSpec) -> str:
+    """What precedes a copy: nothing, or (``context: web_page``) a page title and a README-like line
+    naming the dataset, config and split of ``partition`` (``<benchmark>/<config>/<split>``)."""
+    if spec.context == "none":
+        return ""
+    bench, config, split = (partition.split("/") + ["", ""])[:3]
+    return (
+        f"{bench} / {config} / {split}.{'jsonl' if spec.format == 'json' else 'txt'}\n"
+        f"The {split} split of the {bench} dataset ({config} config), one example per "
+        f"{'line' if spec.format == 'json' else 'paragraph'}.\n"
+    )
+
+
 def _members(records: list[Record], spec: PartitionSpec, seed: int) -> list[Record]:
     rows = sorted(records, key=lambda r: r.order)
     if spec.fraction >= 1.0:
@@ -120,7 +133,7 @@ def build_stream(
                 Unit(
                     id=f"injected:{p.benchmark}:copy{copy}",
                     kind="injected",
-                    text="".join(texts[r.id] + end for r in ordered).rstrip("\n"),
+                    text=page_header(names[0], p) + "".join(texts[r.id] + end for r in ordered).rstrip("\n"),
                     benchmark=p.benchmark,
                     partition=names[0],
                     copy=copy,
@@ -139,7 +152,7 @@ def build_stream(
             rows[r.id] = row
         partitions[p.benchmark] = {
             "partitions": names,
-            **{k: getattr(p, k) for k in ("duplication", "form", "content", "order", "format", "fraction")},
+            **{k: getattr(p, k) for k in ("duplication", "form", "content", "order", "format", "fraction", "context")},
             "kind": p.kind,
             "n_rows": len(loaded),
             "n_injected": len(members),

@@ -1,0 +1,246 @@
+"""Null calibration: how often each closed-data partition test flags slices of a benchmark under a model.
+
+``contamray calibrate`` runs every closed-data partition test (the sharded likelihood test, the six
+membership scores, guided prompting's Algorithm 1) on ``--slices`` contiguous slices of ``--size`` rows
+of each benchmark under one model - by default the embedded base model, on ARC-Challenge, HellaSwag,
+MMLU and Winogrande - and prints, per method and benchmark, how many slices were flagged,
+found clean, or left inconclusive. The membership scores compare each slice with its own held-out block
+of the same split (disjoint seeded random samples of the rows after the slices), as their ``heldout``
+mode does.
+
+On partitions clean by construction (``tests/test_null_calibration.py``) a valid test at alpha flags
+about alpha of the slices. On public benchmarks under a public model the truth is unknown: a flag
+rate above alpha there is either pretraining exposure or structure the test cannot remove (a split
+sorted by subject, topical runs) - the numbers are reported (README, between
+``<!-- calibration:start -->`` and ``<!-- calibration:end -->``), not asserted.
+
+The engine answers are shared between methods that send the same text (``SharedEngines``), so Min-K%,
+Min-K%++, perplexity and zlib pay for one scoring pass per example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import platform
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from contamray.methods.base import Method, Output, Request, Verdict, get_method
+from contamray.records import Record
+
+log = logging.getLogger(__name__)
+
+START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
+MEMBERSHIP = ("min_k", "min_k_plus_plus", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
+# the reference-model ratio needs a second model (the target over a reference): not part of a one-model run
+METHODS = ("sharded_likelihood", *[m for m in MEMBERSHIP if m != "reference_ratio"], "guided_prompting")
+BENCHMARKS = ("arc_challenge", "hellaswag", "mmlu", "winogrande")
+# cheap settings for many slices: 5 shards x 10 permutations (20 rows: shards of 4), 16 generated tokens
+PARAMS: dict[str, dict[str, Any]] = {
+    "sharded_likelihood": {"num_shards": 5, "permutations_per_shard": 10},
+    "guided_prompting": {"max_tokens": 16},
+    **{name: {"reference": "heldout"} for name in MEMBERSHIP},
+}
+
+
+class SharedEngines:
+    """Answers requests on engines by role; each distinct (engine, text, options) is computed once.
+
+    A score request is always answered with the vocabulary statistics (Min-K%++ needs them), so one
+    pass serves every method that scores the same text.
+    """
+
+    def __init__(self, engines: dict[str, Any]) -> None:
+        self.engines = engines
+        self.cache: dict[tuple, Output] = {}
+
+    @staticmethod
+    def _content(r: Request) -> tuple:
+        return (r.engine, r.kind, r.text, r.sampling if r.kind == "generate" else None, r.chat)
+
+    def answer(self, requests: Sequence[Request]) -> dict[str, Output]:
+        from contamray.pipeline.actors import answer_requests
+
+        todo: dict[tuple, Request] = {}
+        for r in requests:
+            key = self._content(r)
+            if key not in self.cache and key not in todo:
+                todo[key] = dataclasses.replace(r, vocab_stats=r.kind == "score")
+        by_engine: dict[str, list[tuple[tuple, Request]]] = {}
+        for key, r in todo.items():
+            by_engine.setdefault(r.engine, []).append((key, r))
+        for role, pairs in by_engine.items():
+            outs = answer_requests(self.engines[role], [r for _, r in pairs])
+            self.cache.update({key: out for (key, _), out in zip(pairs, outs, strict=True)})
+        return {r.key: dataclasses.replace(self.cache[self._content(r)], key=r.key) for r in requests}
+
+    def run(self, method: Method, records: list[Record], cfg: Any) -> list[dict[str, Any]]:
+        """One cell as the runner does it: the method's request stages, then ``score``."""
+        outputs: dict[str, Output] = {}
+        for stage in range(16):
+            reqs = method.requests(records, cfg, stage, outputs)
+            if not reqs:
+                break
+            outputs.update(self.answer(reqs))
+        return method.score(records, outputs, cfg)
+
+
+def slices(records: Sequence[Record], n_slices: int, size: int) -> list[list[Record]]:
+    """``n_slices`` contiguous slices of ``size`` rows from the top, each its own partition name."""
+    out = []
+    for k in range(n_slices):
+        block = records[k * size : (k + 1) * size]
+        if len(block) < size:
+            break
+        name = f":rows{k * size}-{(k + 1) * size - 1}"
+        out.append([dataclasses.replace(r, partition=r.partition + name) for r in block])
+    return out
+
+
+def heldouts(records: Sequence[Record], after: int, n_slices: int, size: int, seed: int) -> list[list[Record]]:
+    """``n_slices`` disjoint seeded random samples of ``size`` rows from those after the first ``after``
+    (the slices): one held-out block per slice, so the slices' tests are independent."""
+    rest = list(records[after:])
+    order = np.random.default_rng(seed).permutation(len(rest))
+    blocks = [sorted(order[k * size : (k + 1) * size]) for k in range(n_slices) if (k + 1) * size <= len(rest)]
+    return [[dataclasses.replace(rest[i], partition=f"{rest[i].partition}:heldout{k}") for i in block]
+            for k, block in enumerate(blocks)]  # fmt: skip
+
+
+def decide(method: Method, cfg: Any, own: list[dict], reference: list[dict] | None = None) -> Verdict:
+    """The settled verdict of one slice (``reference``: rows of the held-out block, if the method uses one)."""
+    rows = [dict(r, is_reference=False) for r in own] + [dict(r, is_reference=True) for r in reference or []]
+    return method.settle(method.reduce(pd.DataFrame(rows), cfg), cfg)
+
+
+def calibrate(
+    benchmarks: dict[str, list[Record]],
+    engines: SharedEngines,
+    methods: Sequence[str] = METHODS,
+    n_slices: int = 10,
+    size: int = 20,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per (benchmark, method, slice): decision, p-value, statistic, reason."""
+    rows = []
+    for bench, records in benchmarks.items():
+        parts = slices(records, n_slices, size)
+        held = heldouts(records, n_slices * size, len(parts), size, seed)
+        for name in methods:
+            method = get_method(name)
+            cfg = method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in _fields(method) else {})})
+            started = time.perf_counter()
+            uses_reference = bool(method.reference_benchmark(cfg, bench))
+            for k, part in enumerate(parts):
+                if uses_reference and k >= len(held):
+                    break
+                reference = engines.run(method, held[k], cfg) if uses_reference else None
+                v = decide(method, cfg, engines.run(method, part, cfg), reference)
+                rows.append({
+                    "benchmark": bench, "method": name, "slice": k, "decision": v.decision, "p_value": v.p_value,
+                    "statistic": v.statistic, "reason": v.reason,
+                })  # fmt: skip
+            log.info("calibrate: %s on %s: %d slices in %.0f s", name, bench, len(parts), time.perf_counter() - started)
+    return pd.DataFrame(rows)
+
+
+def _fields(method: Method) -> set[str]:
+    return {f.name for f in dataclasses.fields(method.Config)}
+
+
+def render(table: pd.DataFrame, alpha: float = 0.05, note: str = "") -> str:
+    """Per method (rows) and benchmark (columns): flagged / decided, and inconclusive slices."""
+    benches = list(dict.fromkeys(table["benchmark"]))
+    lines = [
+        "| method | " + " | ".join(f"`{b}`" for b in benches) + " |",
+        "|---|" + "---|" * len(benches),
+    ]
+    for method in dict.fromkeys(table["method"]):
+        cells = []
+        for bench in benches:
+            count = Counter(table[(table["method"] == method) & (table["benchmark"] == bench)]["decision"])
+            decided = count["contaminated"] + count["clean"]
+            cell = f"{count['contaminated']} / {decided}"
+            if count["inconclusive"]:
+                cell += f" (+{count['inconclusive']} inconclusive)"
+            cells.append(cell)
+        lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
+    lines += ["", f"Cells: slices flagged at alpha = {alpha:g} / slices decided; inconclusive slices apart."]
+    if note:
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(readme: Path, markdown: str) -> None:
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{readme}: no calibration section; add the lines {START} and {END} where it goes")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{markdown.rstrip()}\n{END}{tail}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="contamray calibrate",
+        description="Flag rate of every closed-data partition test on contiguous slices of benchmarks under one "
+        "model (default: the embedded base model on ARC, HellaSwag, MMLU, Winogrande); written into the README "
+        f"between {START} and {END}.",
+    )
+    p.add_argument("--model", default="smollm2-135m", help="model source (hub id, local dir or smollm2-135m)")
+    p.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated benchmark adapters")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated closed-data methods")
+    p.add_argument("--slices", type=int, default=10, help="slices per benchmark (default 10)")
+    p.add_argument("--size", type=int, default=20, help="rows per slice (default 20)")
+    p.add_argument("--mirror-dir", default=None, help="benchmark mirror (default: CONTAMRAY_MIRROR_DIR or the hub)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("calibration.csv"), help="per-slice table (CSV)")
+    p.add_argument("--readme", type=Path, default=Path("README.md"))
+    p.add_argument("--no-readme", action="store_true")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    import os
+
+    from contamray.benchmarks import adapter_names, load_records
+    from contamray.engines import EngineSpec, build_engine
+
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    names = [b for b in args.benchmarks.split(",") if b]
+    unknown = [b for b in names if b not in adapter_names()]
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in METHODS]
+    if unknown or bad or args.slices < 1 or args.size < 2:
+        print(f"contamray calibrate: unknown benchmark(s) {unknown} (choices: {', '.join(adapter_names())}), or "
+              f"method(s) {bad} (choices: {', '.join(METHODS)}), or --slices < 1 / --size < 2", file=sys.stderr)
+        return 2
+    mirror = args.mirror_dir or os.environ.get("CONTAMRAY_MIRROR_DIR")
+    need = 2 * args.slices * args.size  # the slices, then the rows their held-out blocks are drawn from
+    benchmarks = {b: load_records(b, n=need, sample="first", mirror_dir=mirror).records for b in names}
+    spec = EngineSpec(source=args.model, backend="hf", dtype="auto", name="calibrate", batch_size=16)
+    engines = SharedEngines({"target": build_engine(spec)})
+    started = time.time()
+    table = calibrate(benchmarks, engines, methods, args.slices, args.size, args.seed)
+    table.to_csv(args.out, index=False)
+    note = (
+        f"Measured by `contamray calibrate` on {datetime.now():%Y-%m-%d}: model `{args.model}`, {args.slices} "
+        f"contiguous slices of {args.size} rows per benchmark, {(time.time() - started) / 60:.0f} min on "
+        f"{os.cpu_count()} CPU cores ({platform.machine()})."
+    )
+    markdown = render(table, note=note)
+    print(markdown)
+    if not args.no_readme:
+        update_readme(args.readme, markdown)
+    return 0

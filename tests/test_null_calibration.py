@@ -1,0 +1,123 @@
+"""Every closed-data partition test holds its null on partitions clean by construction (issue #13).
+
+The model: the embedded SmolLM2-135M fine-tuned on *other* partitions (``contaminated_model``: 40
+ARC-Challenge rows in canonical order; shared with the likelihood tests, so the fine-tune is paid once).
+The clean partitions: 20 slices of 20 contiguous rows drawn from two generated benchmarks no model
+has seen - 10 of ``synthetic_facts`` and 10 of ``synthetic_structured``, whose canonical order carries
+Winogrande-like adjacent twins and HellaSwag-like topical runs. Each test's null holds on all of them
+by construction (the model never saw them; membership scores are compared with a held-out draw of the
+same generator, one held-out slice per slice, so the 20 tests are independent), so at alpha = 0.05 a
+valid test flags about 1 of 20 (P(>= 3 of 20) = 0.075): each method may flag at most 2.
+Inconclusive answers are allowed (a test may decline a null it cannot credit - e.g. the sharded test
+on structure it cannot remove), but on the unstructured synthetic slices the tests must decide, or the
+check would be empty. Alongside, the injected partition (the fine-tuned ARC slice) is still flagged by
+every likelihood test.
+
+Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
+zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from contamray.benchmarks import load_records
+from contamray.engines import resolve_model_path
+from contamray.engines.hf import HFEngine
+from contamray.methods.base import get_method
+from contamray.records import Record
+from contamray.validate.calibrate import SharedEngines, decide, slices
+
+pytestmark = pytest.mark.slow
+
+ALPHA = 0.05
+SLICE = 20
+N_SLICES = 10  # per generated benchmark
+MAX_FLAGS = 2  # of 20 clean slices
+MEMBERSHIP = ("min_k", "min_k_plus_plus", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
+
+
+def _slices(adapter: str, config: str) -> list[list[Record]]:
+    return slices(load_records(adapter, config=config, split="test").records, N_SLICES, SLICE)
+
+
+@pytest.fixture(scope="module")
+def engines(contaminated_model) -> SharedEngines:
+    target = HFEngine(contaminated_model.path, dtype="float32", batch_size=16)
+    base = HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", batch_size=16)
+    return SharedEngines({"target": target, "reference": base})
+
+
+@pytest.fixture(scope="module")
+def clean_slices() -> dict[str, list[list[Record]]]:
+    return {adapter: _slices(adapter, "set2") for adapter in ("synthetic_facts", "synthetic_structured")}
+
+
+@pytest.fixture(scope="module")
+def heldout_slices() -> dict[str, list[list[Record]]]:
+    """Held-out draws of the same generator (another config), one per clean slice, so the 20 tests are
+    independent: the membership scores' reference partitions."""
+    return {adapter: _slices(adapter, "set3") for adapter in ("synthetic_facts", "synthetic_structured")}
+
+
+def _decisions(verdicts: list) -> Counter:
+    return Counter(v.decision for v in verdicts)
+
+
+def test_membership_scores_hold_their_null_on_clean_slices(engines, clean_slices, heldout_slices, contaminated_model):
+    verdicts: dict[str, list] = {}
+    for name in MEMBERSHIP:
+        method = get_method(name)
+        cfg = method.make_config({"reference": "heldout"})
+        for adapter, parts in clean_slices.items():
+            for part, held in zip(parts, heldout_slices[adapter], strict=True):
+                own, reference = engines.run(method, part, cfg), engines.run(method, held, cfg)
+                verdicts.setdefault(name, []).append(decide(method, cfg, own, reference))
+    counts = {name: _decisions(v) for name, v in verdicts.items()}
+    print("membership scores on 20 clean slices:", counts)
+    for name, count in counts.items():
+        assert sum(count.values()) == 2 * N_SLICES
+        assert count["contaminated"] <= MAX_FLAGS, (name, count)
+        assert count["clean"] >= N_SLICES, (name, count)  # they decide; the check is not empty
+    # the injected partition is still flagged, against a held-out slice of the same benchmark
+    fields = {"fields": list(contaminated_model.fields), "format": contaminated_model.format, "reference": "unseen"}
+    for name in MEMBERSHIP:
+        method = get_method(name)
+        cfg = method.make_config(fields)
+        seen = engines.run(method, contaminated_model.seen, cfg)
+        unseen = engines.run(method, contaminated_model.unseen, cfg)
+        verdict = decide(method, cfg, seen, unseen)
+        assert verdict.decision == "contaminated", (name, verdict.p_value, verdict.details.get("summary"))
+
+
+def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices, contaminated_model):
+    method = get_method("sharded_likelihood")
+    cfg = method.make_config({"num_shards": 5, "permutations_per_shard": 10})
+    verdicts = {
+        adapter: [decide(method, cfg, engines.run(method, part, cfg)) for part in parts]
+        for adapter, parts in clean_slices.items()
+    }
+    counts = {adapter: _decisions(v) for adapter, v in verdicts.items()}
+    print("sharded likelihood on clean slices:", counts)
+    flagged = sum(c["contaminated"] for c in counts.values())
+    assert flagged <= MAX_FLAGS, counts
+    assert counts["synthetic_facts"]["clean"] >= N_SLICES - MAX_FLAGS, counts  # no structure there: it decides
+    seen_cfg = method.make_config({
+        "num_shards": contaminated_model.num_shards, "permutations_per_shard": 10,
+        "fields": list(contaminated_model.fields), "format": contaminated_model.format,
+    })  # fmt: skip
+    seen = decide(method, seen_cfg, engines.run(method, contaminated_model.seen, seen_cfg))
+    assert seen.decision == "contaminated", (seen.p_value, seen.details.get("summary"))
+
+
+def test_guided_prompting_holds_its_null_on_clean_slices(engines, clean_slices):
+    method = get_method("guided_prompting")
+    cfg = method.make_config({"max_tokens": 16, "seed": 0})
+    parts = [part for adapter_parts in clean_slices.values() for part in adapter_parts]
+    verdicts = [decide(method, cfg, engines.run(method, part, cfg)) for part in parts]
+    count = _decisions(verdicts)
+    print("guided prompting (Algorithm 1) on 20 clean slices:", count)
+    assert count["contaminated"] <= MAX_FLAGS, count
+    assert count["clean"] >= N_SLICES, count
