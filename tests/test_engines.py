@@ -6,12 +6,21 @@ What is checked, each against an answer known independently of the code under te
   change anything, vocabulary statistics equal a naive computation, truncation keeps a prefix;
 - greedy generation is deterministic, honours stop strings, returns only new text;
 - vLLM and transformers give the same log-probabilities (float32 on both, tolerance ``CROSS_TOL``)
-  and the same greedy generations.
+  and the same greedy generations;
+- nothing is cut silently: a text or prompt longer than the context reports exactly the tokens left
+  out (``truncated``), with one warning per call, and the count reaches the examples' rows
+  (``truncated_tokens``) through a real run;
+- ``chat`` prompts are the tokenizer's own chat template (``apply_chat_template``), which the GGUF
+  conversion keeps, and chat and raw requests in one batch each get their own answer.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +31,11 @@ import torch
 from contamray.engines import EngineSpec, build_engine, pick_backend, resolve_model_path
 from contamray.engines import models as models_mod
 from contamray.engines.hf import HFEngine
-from contamray.methods.base import Sampling
+from contamray.methods.base import Output, Request, Sampling
+from contamray.pipeline.actors import answer_requests
+from contamray.pipeline.runner import EngineCosts
+
+REPO = Path(__file__).resolve().parents[1]
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -217,7 +230,7 @@ def test_short_texts_and_truncation(smollm2_path: str, hf32: HFEngine) -> None:
     assert short.max_context == 8
     (cut,) = short.score([TEXTS[1]])
     (full,) = hf32.score([TEXTS[1]])
-    assert cut.num_tokens == 7
+    assert cut.num_tokens == 7 and cut.truncated == len(hf32.encode([TEXTS[1]])[0]) - 8 and full.truncated == 0
     assert torch.allclose(torch.tensor(cut.token_logprobs), torch.tensor(full.token_logprobs[:7]), atol=1e-4)
 
 
@@ -296,5 +309,219 @@ def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
         assert engine.generate(prompts, sampling) == hf32.generate(prompts, sampling)
         with pytest.raises(NotImplementedError, match="backend to 'hf'"):
             engine.score(TEXTS[:1], with_vocab_stats=True)
+        # the same chat template and the same answer; the same counts of what a too-long text loses
+        assert engine.encode_prompts([QUESTION], chat=True) == [template_ids(hf32, QUESTION)]
+        chat_sampling = Sampling(max_tokens=8)
+        assert engine.complete([QUESTION], chat_sampling, chat=True) == hf32.complete(
+            [QUESTION], chat_sampling, chat=True
+        )
+        long_text = " ".join([TEXTS[1]] * 50)
+        n = engine.count_tokens([long_text])[0]
+        assert n > engine.max_context == 1023
+        (cut,) = engine.score([long_text])
+        assert (cut.truncated, cut.num_tokens) == (n - 1023, 1022)
+        (prompt,) = engine.complete([long_text], Sampling(max_tokens=4))
+        assert (prompt.truncated, prompt.prompt_tokens) == (n - 1020, 1020)
+        assert engine.score(TEXTS[:1])[0].truncated == 0
     finally:
         engine.close()
+
+
+# ------------------------------------------------------------ truncation, recorded
+SHORT_CONTEXT = 16
+QUESTION = "What is the capital of France?"
+CUT_WARNING = "longer than the context"
+
+
+@pytest.fixture(scope="module")
+def short16(smollm2_path: str) -> HFEngine:
+    """The same model with a 16-token context, so ordinary sentences overflow it."""
+    return HFEngine(smollm2_path, dtype="float32", batch_size=4, max_model_len=SHORT_CONTEXT)
+
+
+def cut_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and CUT_WARNING in r.getMessage()]
+
+
+def test_score_counts_the_tokens_it_leaves_out_and_warns_once(
+    short16: HFEngine, hf32: HFEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    texts = [TEXTS[1], TEXTS[0], TEXTS[3]]
+    counts = hf32.count_tokens(texts)
+    assert counts[0] > SHORT_CONTEXT and counts[1] <= SHORT_CONTEXT and counts[2] > SHORT_CONTEXT
+    with caplog.at_level(logging.WARNING):
+        scores = short16.score(texts)
+    assert [s.truncated for s in scores] == [counts[0] - 16, 0, counts[2] - 16]
+    assert [s.num_tokens for s in scores] == [15, counts[1] - 1, 15]  # the first 16 tokens were read
+    (warning,) = cut_warnings(caplog)  # one per call, not one per text
+    assert "2 of 3 texts" in warning and f"{counts[0] + counts[2] - 32} tokens left out" in warning
+    # a text that fits is scored as before: same values as with the full context
+    (full,) = hf32.score([texts[1]])
+    assert torch.allclose(torch.tensor(scores[1].token_logprobs), torch.tensor(full.token_logprobs), atol=1e-4)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert [s.truncated for s in hf32.score(TEXTS)] == [0] * len(TEXTS)
+    assert cut_warnings(caplog) == []
+
+
+def test_generate_counts_the_prompt_tokens_it_leaves_out(
+    short16: HFEngine, hf32: HFEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    sampling = Sampling(max_tokens=4)  # room for 16 - 4 = 12 prompt tokens
+    prompts = [TEXTS[1], "The capital of France is"]
+    counts = hf32.count_tokens(prompts)
+    assert counts[0] > 12 >= counts[1]
+    with caplog.at_level(logging.WARNING):
+        long, fits = short16.complete(prompts, sampling)
+    assert (long.truncated, long.prompt_tokens) == (counts[0] - 12, 12)
+    assert (fits.truncated, fits.prompt_tokens) == (0, counts[1])
+    assert long.new_tokens <= 4 and fits.num_tokens == counts[1] + fits.new_tokens
+    (warning,) = cut_warnings(caplog)
+    assert "1 of 2 prompts" in warning and f"{counts[0] - 12} tokens left out" in warning
+    assert fits.text == hf32.generate([prompts[1]], sampling)[0]  # a fitting prompt is not touched
+
+
+# -------------------------------------------------------------------- chat prompts
+def template_ids(engine: HFEngine, text: str) -> list[int]:
+    """The tokenizer's own rendering of ``text`` as a user turn (what transformers' chat pipelines feed)."""
+    out = engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    )
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def test_the_conversion_keeps_the_gguf_chat_template(smollm2_path: str) -> None:
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
+    gguf = models_mod.embedded_gguf_path(models_mod.EMBEDDED_MODELS["smollm2-135m"])
+    field = GGUFReader(str(gguf)).fields["tokenizer.chat_template"]
+    template = bytes(field.parts[field.data[0]]).decode("utf-8")
+    assert "<|im_start|>" in template
+    assert AutoTokenizer.from_pretrained(smollm2_path).chat_template == template
+
+
+def test_chat_prompts_go_through_the_chat_template(hf32: HFEngine) -> None:
+    expected = template_ids(hf32, QUESTION)
+    assert hf32.encode_prompts([QUESTION], chat=True) == [expected]
+    rendered = hf32.tokenizer.decode(expected)
+    assert rendered.endswith(f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n")
+    assert hf32.encode_prompts([QUESTION], chat=False) == hf32.encode([QUESTION])
+    sampling = Sampling(max_tokens=8)
+    chat, raw = hf32.complete([QUESTION], sampling, chat=True)[0], hf32.complete([QUESTION], sampling)[0]
+    assert chat.prompt_tokens == len(expected) and raw.prompt_tokens == len(hf32.encode([QUESTION])[0])
+    # greedy decoding of the template's ids, done directly with transformers, is what the engine returns
+    with torch.inference_mode():
+        out = hf32.model.generate(
+            torch.tensor([expected]), attention_mask=torch.ones(1, len(expected), dtype=torch.long),
+            max_new_tokens=8, do_sample=False, pad_token_id=hf32.pad_id,
+        )
+    assert chat.text == hf32.tokenizer.decode(out[0, len(expected):], skip_special_tokens=True)
+    assert "Paris" in chat.text and chat.text != raw.text  # the instruct model answers the user turn
+
+
+def test_one_batch_keeps_chat_and_raw_requests_apart(hf32: HFEngine) -> None:
+    sampling = Sampling(max_tokens=8)
+    made = [
+        Request(key="q", record_ids=("r1",), kind="generate", text=QUESTION, sampling=sampling, chat=True),
+        Request(key="q", record_ids=("r1",), kind="generate", text=QUESTION, sampling=sampling),
+    ]
+    requests = [Request.from_row(json.loads(json.dumps(r.to_row()))) for r in made]  # as actors receive them
+    assert [r.chat for r in requests] == [True, False] and requests == made
+    chat, raw = answer_requests(hf32, requests)
+    (chat_alone,), (raw_alone,) = hf32.complete([QUESTION], sampling, chat=True), hf32.complete([QUESTION], sampling)
+    assert (chat.text, raw.text) == (chat_alone.text, raw_alone.text) and chat.text != raw.text
+    assert chat.num_tokens == len(template_ids(hf32, QUESTION)) + chat_alone.new_tokens == chat_alone.num_tokens
+    assert raw.num_tokens == raw_alone.num_tokens
+
+
+def test_answers_carry_the_truncation(short16: HFEngine, hf32: HFEngine) -> None:
+    n = hf32.count_tokens([TEXTS[1]])[0]
+    requests = [
+        Request(key="s", record_ids=("r1",), kind="score", text=TEXTS[1]),
+        Request(key="s0", record_ids=("r2",), kind="score", text=TEXTS[0]),
+        Request(key="g", record_ids=("r1",), kind="generate", text=TEXTS[1], sampling=Sampling(max_tokens=4)),
+        Request(key="c", record_ids=("r3",), kind="generate", text=TEXTS[1], sampling=Sampling(max_tokens=4)),
+    ]
+    requests[-1] = Request.from_row({**requests[-1].to_row(), "chat": True})
+    out = answer_requests(short16, requests)
+    chat_len = len(template_ids(hf32, TEXTS[1]))
+    assert [o.truncated for o in out] == [n - 16, 0, n - 12, chat_len - 12]
+    assert all(not o.error for o in out)
+    assert Output.from_row(json.loads(json.dumps(out[0].to_row()))).truncated == n - 16
+
+
+def test_engine_costs_put_the_truncation_on_each_example() -> None:
+    """Per example: the sum of its requests' counts; a shard request's count on each of its examples."""
+    import pandas as pd
+
+    costs = EngineCosts()
+    request_records = {"cell": {"a": ("r1",), "b": ("r1",), "shard": ("r2", "r3")}, "other": {"a": ("r1",)}}
+    answered = [
+        ("cell", Output(key="a", num_tokens=10, truncated=3)),
+        ("cell", Output(key="b", num_tokens=10, truncated=2)),
+        ("cell", Output(key="shard", num_tokens=20, truncated=4)),
+        ("other", Output(key="a", num_tokens=10, truncated=7)),
+    ]
+    costs.add_pass(answered, request_records, seconds=1.0)
+    costs.add_pass([("cell", Output(key="a", num_tokens=10, truncated=1))], request_records, seconds=1.0)
+    table = pd.DataFrame({"record_id": ["r1", "r2", "r3", "r4"]})
+    costs.add_columns("cell", table)
+    assert table["truncated_tokens"].tolist() == [6, 4, 4, 0] and table["truncated_tokens"].dtype == "int64"
+    assert table["engine_tokens"].tolist() == [30.0, 10.0, 10.0, 0.0]  # the cost split is unchanged
+    fresh = pd.DataFrame({"record_id": ["r1"]})
+    EngineCosts().add_columns("cell", fresh)  # a cell without engine passes (open data): nothing cut
+    assert fresh["truncated_tokens"].tolist() == [0]
+
+
+PIPELINE_RUN = [
+    "model=[smollm2_135m,smollm2_135m_fp32]",
+    "benchmark=[arc_challenge]",
+    "method=[guided_prompting]",
+    "methods.guided_prompting.max_tokens=8",
+    "corpus=none",
+    "run.limit=4",
+    "models.smollm2_135m.max_model_len=40",  # 32 prompt tokens: guided prompts are longer
+]
+
+
+@pytest.mark.slow
+def test_truncated_tokens_reach_the_examples_of_a_run(tmp_path: Path, mirror_dir: Path) -> None:
+    """A real run (entry point, local Ray): the short-context model's rows carry exactly the prompt tokens
+    its engine left out (recomputed here from the method's own requests), the full-context model's 0."""
+    import pandas as pd
+    from hydra import compose, initialize_config_dir
+
+    from contamray.experiments import CONF_DIR
+    from contamray.pipeline.plan import build_plan
+    from contamray.pipeline.runner import load_benchmarks
+
+    out = tmp_path / "run"
+    env = dict(os.environ, CONTAMRAY_LOG="INFO")
+    env.pop("RAY_ADDRESS", None)
+    args = [sys.executable, "-m", "contamray.run", "+exp=base", *PIPELINE_RUN, "ray.num_cpus=2",
+            f"data.mirror_dir={mirror_dir}", f"hydra.run.dir={out}"]
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    examples = pd.read_parquet(out / "examples.parquet")
+    assert (examples["error"] == "").all(), examples["error"].tolist()
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=["+exp=base", *PIPELINE_RUN, f"data.mirror_dir={mirror_dir}"])
+    cfg.run.output_dir = str(tmp_path / "unused")
+    plan = build_plan(cfg)
+    records, _ = load_benchmarks(plan, ["arc_challenge"])
+    mp = plan.methods["guided_prompting"]
+    engine = HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", max_model_len=40)
+    expected: dict[str, int] = {r.id: 0 for r in records["arc_challenge"]}
+    for req in mp.method.requests(records["arc_challenge"], mp.config(), 0, {}):
+        room = 40 - req.sampling.max_tokens
+        cut = max(0, len(engine.encode_prompts([req.text], req.chat)[0]) - room)
+        for rid in req.record_ids:
+            expected[rid] += cut
+    assert len(expected) == 4 and all(v > 0 for v in expected.values())
+    short = examples[examples["model"] == "smollm2_135m"].set_index("record_id")["truncated_tokens"]
+    full = examples[examples["model"] == "smollm2_135m_fp32"]["truncated_tokens"]
+    assert short.to_dict() == expected
+    assert len(full) == 4 and (full == 0).all()
+    assert "longer than the context" in proc.stdout + proc.stderr

@@ -6,6 +6,9 @@
 
 Both backends tokenise the same way and score the same positions (see ``hf.py``), so a method's
 numbers do not depend on the backend beyond floating-point noise (measured in tests/test_engines.py).
+Both count what they leave out of a text or prompt longer than the context (``TokenScores.truncated``,
+``Completion.truncated``, one warning per call) and render ``chat`` prompts through the tokenizer's
+chat template (``base.encode_prompts``).
 ``vllm`` is imported only when a vLLM engine is built, so this package imports without it.
 
 Example::
@@ -22,11 +25,12 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.engines.base import Engine, TokenScores
+from contamray.engines.base import Completion, Engine, TokenScores
 from contamray.engines.models import EMBEDDED_MODELS, resolve_model_path, source_choices
 
 __all__ = [
     "BACKENDS",
+    "Completion",
     "EMBEDDED_MODELS",
     "Engine",
     "EngineSpec",

@@ -4,42 +4,143 @@ Like lm-evaluation-harness's ``loglikelihood`` / ``generate_until`` split, every
 written against two calls, so any backend (transformers on CPU or GPU, vLLM on GPU or its CPU build)
 serves every method:
 
-- ``generate(prompts, sampling)``: one completion per prompt (greedy when temperature is 0);
+- ``generate(prompts, sampling, chat)``: one completion per prompt (greedy when temperature is 0);
+  ``complete`` is the same call returning, with each text, the prompt tokens read, the tokens
+  generated and the prompt tokens left out (``Completion``);
 - ``score(texts, with_vocab_stats)``: per-token log-probabilities of each whole text, the first token
   excluded (it has no prefix); with ``with_vocab_stats`` also the mean and standard deviation of the
   next-token log-probability over the vocabulary at each scored position (Min-K%++ needs them).
+
+Shared by the backends (so they read the same token ids):
+
+- ``encode_texts``: the tokenizer's own ``text -> ids`` with its special tokens;
+- ``encode_prompts``: the same, or with ``chat`` the text as one user turn rendered by the tokenizer's
+  chat template with the assistant's generation prompt (``apply_chat_template(...,
+  add_generation_prompt=True)``), then tokenised without adding special tokens again (the template
+  writes its own, as ``apply_chat_template(tokenize=True)`` does); a tokenizer without a template
+  gets the raw text;
+- ``keep_head`` / ``keep_tail``: a text longer than the context is cut (scored texts keep their
+  start, prompts their end) and the number of tokens left out is returned with it, so no cut is
+  silent: it reaches ``Output.truncated`` and ``warn_truncated`` logs one warning per call.
 
 Backends live beside this file (``hf.py``, ``vllm.py``); ``build_engine`` picks one from config.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from contamray.methods.base import Sampling
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class TokenScores:
-    """Scores of one text: log p(token_i | tokens_<i) for i >= 1."""
+    """Scores of one text: log p(token_i | tokens_<i) for i >= 1.
+
+    ``truncated``: tokens of the text left out because it was longer than the context (0 when it fit).
+    """
 
     token_logprobs: list[float]
     token_ids: list[int] = field(default_factory=list)
     token_mean: list[float] = field(default_factory=list)
     token_std: list[float] = field(default_factory=list)
+    truncated: int = 0
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_logprobs)
 
 
+@dataclass
+class Completion:
+    """One generation: the new ``text``, the ``prompt_tokens`` the model read (after any chat template
+    and cut), the ``new_tokens`` it generated, and the prompt tokens ``truncated`` (left out, from the
+    start of the prompt, to fit the context with ``max_tokens``)."""
+
+    text: str
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    truncated: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the engine processed for this request (its cost)."""
+        return self.prompt_tokens + self.new_tokens
+
+
 class Engine(Protocol):
     name: str
     max_context: int
 
-    def generate(self, prompts: list[str], sampling: Sampling) -> list[str]: ...
+    def generate(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[str]: ...
+
+    def complete(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[Completion]: ...
 
     def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]: ...
 
     def count_tokens(self, texts: list[str]) -> list[int]: ...
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids with the tokenizer's special tokens (the sequence the model sees)."""
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"text #{i} is {type(t).__name__}, expected str")
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def chat_text(tokenizer: Any, text: str) -> str:
+    """``text`` as a single user turn in the tokenizer's chat template, ready for the assistant's answer."""
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+    return str(rendered)
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[list[int]]:
+    """Prompt ids: ``encode_texts``, or with ``chat`` (and a chat template) each prompt rendered as a user
+    turn and tokenised without adding special tokens (the template has its own)."""
+    if not chat or not has_chat_template(tokenizer):
+        return encode_texts(tokenizer, prompts)
+    for i, t in enumerate(prompts):
+        if not isinstance(t, str):
+            raise TypeError(f"text #{i} is {type(t).__name__}, expected str")
+    if not prompts:
+        return []
+    rendered = [chat_text(tokenizer, p) for p in prompts]
+    return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+
+
+def keep_head(encoded: list[list[int]], limit: int) -> tuple[list[list[int]], list[int]]:
+    """Each sequence's first ``limit`` ids, and how many ids each lost (scored texts)."""
+    return [ids[:limit] for ids in encoded], [max(0, len(ids) - limit) for ids in encoded]
+
+
+def keep_tail(encoded: list[list[int]], limit: int) -> tuple[list[list[int]], list[int]]:
+    """Each sequence's last ``limit`` ids, and how many ids each lost (prompts: their end is what the
+    continuation depends on)."""
+    return [ids[-limit:] if len(ids) > limit else ids for ids in encoded], [
+        max(0, len(ids) - limit) for ids in encoded
+    ]
+
+
+def warn_truncated(engine: str, what: str, truncated: Sequence[int], limit: int, kept: str) -> None:
+    """One warning for a call in which some texts did not fit: how many, and the tokens left out."""
+    cut = [n for n in truncated if n > 0]
+    if cut:
+        log.warning(
+            "%s: %d of %d %s longer than the context (%d tokens): %d tokens left out in all (%s); "
+            "each request's count is in its Output.truncated and the examples' truncated_tokens",
+            engine, len(cut), len(truncated), what, limit, sum(cut), kept,
+        )

@@ -13,9 +13,14 @@ Conventions shared with ``VLLMEngine`` (both backends must return the same numbe
   tokenizer prepends a BOS token, id_0 is BOS, so *every* text token is scored (the first one given
   BOS); when it does not (SmolLM2, GPT-2, Llama-3 base tokenizers vary), the first text token has no
   prefix and is not scored. ``token_ids`` are the scored ids ``id_1 ..``.
-- A text longer than ``max_context`` tokens is scored on its first ``max_context`` tokens (the scored
-  count shows it); a prompt is cut from the left so that it plus ``max_tokens`` fits (as
-  lm-evaluation-harness does), since the end of a prompt is what the continuation depends on.
+- A text longer than ``max_context`` tokens is scored on its first ``max_context`` tokens; a prompt is
+  cut from the left so that it plus ``max_tokens`` fits (as lm-evaluation-harness does), since the end
+  of a prompt is what the continuation depends on. Neither cut is silent: the tokens left out are
+  returned (``TokenScores.truncated``, ``Completion.truncated``) and one warning per call counts them.
+- ``generate(..., chat=True)`` wraps each prompt as one user turn in the tokenizer's chat template
+  (``base.encode_prompts``); a tokenizer without one gets the raw text (one warning per engine). A chat
+  prompt too long for the context is cut from the left like any other (its template header goes
+  first; the user text's end and the assistant prompt stay).
 - ``generate`` returns only the new text, cut before the first stop string (the stop string itself is
   not returned, as vLLM's default), special tokens skipped.
 
@@ -41,7 +46,16 @@ from typing import Any
 
 import torch
 
-from contamray.engines.base import TokenScores
+from contamray.engines.base import (
+    Completion,
+    TokenScores,
+    encode_prompts,
+    encode_texts,
+    has_chat_template,
+    keep_head,
+    keep_tail,
+    warn_truncated,
+)
 from contamray.methods.base import Sampling
 
 log = logging.getLogger(__name__)
@@ -136,6 +150,7 @@ class HFEngine:
         self.seed = seed
         torch.manual_seed(seed)  # sampled generations reseed per call from Sampling.seed
         self.name = name or f"hf:{model_path}"
+        self._warned_no_template = False
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
             self.model = AutoModelForCausalLM.from_pretrained(
@@ -171,29 +186,33 @@ class HFEngine:
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids with the tokenizer's special tokens (the sequence the model sees)."""
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"text #{i} is {type(t).__name__}, expected str")
-        if not texts:
-            return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+        return encode_texts(self.tokenizer, texts)
+
+    def encode_prompts(self, prompts: Sequence[str], chat: bool = False) -> list[list[int]]:
+        """Prompt ids as ``generate`` feeds them (before any cut): with ``chat``, through the chat template."""
+        if chat and not has_chat_template(self.tokenizer) and not self._warned_no_template:
+            log.warning("%s: the tokenizer has no chat template; chat requests use the raw text", self.name)
+            self._warned_no_template = True
+        return encode_prompts(self.tokenizer, prompts, chat)
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.encode(texts)]
 
     # ----------------------------------------------------------------- scoring
     def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]:
-        encoded = [ids[: self.max_context] for ids in self.encode(texts)]
+        encoded, truncated = keep_head(self.encode(texts), self.max_context)
+        warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
         results: list[TokenScores | None] = [None] * len(encoded)
         scorable = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
         for i, ids in enumerate(encoded):
             if len(ids) < 2:
-                results[i] = TokenScores(token_logprobs=[])
+                results[i] = TokenScores(token_logprobs=[], truncated=truncated[i])
         lengths = [len(encoded[i]) for i in scorable]
         with torch.inference_mode():
             for bucket in length_buckets(lengths, self.batch_size):
                 idx = [scorable[b] for b in bucket]
                 for i, res in zip(idx, self._score_batch([encoded[i] for i in idx], with_vocab_stats)):
+                    res.truncated = truncated[i]
                     results[i] = res
         return [r for r in results if r is not None]
 
@@ -294,7 +313,12 @@ class HFEngine:
         return bool(same)
 
     # -------------------------------------------------------------- generation
-    def generate(self, prompts: list[str], sampling: Sampling) -> list[str]:
+    def generate(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[str]:
+        """The new text of each prompt (see ``complete``)."""
+        return [c.text for c in self.complete(prompts, sampling, chat=chat)]
+
+    def complete(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[Completion]:
+        """One completion per prompt, with the prompt tokens read, generated and left out."""
         from transformers import GenerationConfig
 
         if sampling.max_tokens < 1:
@@ -305,8 +329,9 @@ class HFEngine:
                 f"sampling.max_tokens={sampling.max_tokens} leaves no room for a prompt in the model's "
                 f"context of {self.max_context} tokens; lower max_tokens"
             )
-        encoded = [ids[-room:] if len(ids) > room else ids for ids in self.encode(prompts)]
+        encoded, truncated = keep_tail(self.encode_prompts(prompts, chat), room)
         _require_tokens(encoded)
+        warn_truncated(self.name, "prompts", truncated, room, f"cut from the left to leave {sampling.max_tokens} new")
         greedy = sampling.temperature <= 0
         config_kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_tokens,
@@ -321,7 +346,7 @@ class HFEngine:
             config_kwargs["stop_strings"] = stops
         gen_config = GenerationConfig(**config_kwargs)
         extra: dict[str, Any] = {"tokenizer": self.tokenizer} if stops else {}
-        results: list[str] = [""] * len(encoded)
+        results = [Completion(text="", prompt_tokens=len(ids), truncated=n) for ids, n in zip(encoded, truncated)]
         with torch.inference_mode():
             if not greedy:
                 torch.manual_seed(sampling.seed)
@@ -333,7 +358,9 @@ class HFEngine:
                 )
                 new = out[:, ids.shape[1] :].tolist()
                 for i, prompt_ids, new_ids in zip(bucket, seqs, new):
-                    results[i] = cut_at_stop(self._decode_continuation(prompt_ids, new_ids), stops)
+                    kept = self._until_eos(new_ids)
+                    results[i].text = cut_at_stop(self._decode_continuation(prompt_ids, kept), stops)
+                    results[i].new_tokens = len(kept)
         return results
 
     def _eos_ids(self) -> list[int] | None:
@@ -344,14 +371,18 @@ class HFEngine:
             return None
         return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
 
-    def _decode_continuation(self, prompt_ids: list[int], new_ids: list[int]) -> str:
-        """Decode the new ids in the context of the prompt (some tokenizers drop a leading space alone)."""
+    def _until_eos(self, new_ids: list[int]) -> list[int]:
+        """The generated ids before the first end-of-sequence id (the rest is padding)."""
         eos = set(self._eos_ids() or [])
         kept: list[int] = []
         for t in new_ids:
             if t in eos:
                 break
             kept.append(t)
+        return kept
+
+    def _decode_continuation(self, prompt_ids: list[int], kept: list[int]) -> str:
+        """Decode the new ids in the context of the prompt (some tokenizers drop a leading space alone)."""
         if not kept:
             return ""
         tok = self.tokenizer

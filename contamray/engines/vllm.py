@@ -15,9 +15,14 @@ the same numbers for the same model and dtype:
   ``HFEngine`` leaves out. Requests with prompt log-probabilities skip vLLM's prefix cache (vLLM does
   that itself), so every position is computed;
 - since one token must be generated, a scored text may have ``max_model_len - 1`` tokens:
-  ``max_context`` is that, longer texts are scored on their first ``max_context`` tokens;
+  ``max_context`` is that, longer texts are scored on their first ``max_context`` tokens; prompts are
+  cut from the left to leave room for ``max_tokens``. The tokens left out are returned
+  (``TokenScores.truncated``, ``Completion.truncated``) and one warning per call counts them;
 - ``generate`` uses ``SamplingParams`` with the same stop strings (excluded from the text, vLLM's
-  default) and a per-request seed when sampling.
+  default) and a per-request seed when sampling; with ``chat`` the prompt is the text as one user turn
+  in the tokenizer's chat template, rendered and tokenised here by ``base.encode_prompts`` exactly as
+  ``HFEngine`` does (vLLM's own ``LLM.chat`` renders the same template, but would tokenise in the
+  engine, out of reach of the cut and its count).
 
 ``with_vocab_stats`` (Min-K%++) is not offered: vLLM returns log-probabilities of chosen tokens, and the
 only way to the vocabulary mean and standard deviation would be ``prompt_logprobs=-1``, which ships
@@ -34,12 +39,25 @@ Creating ``vllm.LLM`` starts an engine-core process: a script doing it needs the
 from __future__ import annotations
 
 import gc
+import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
-from contamray.engines.base import TokenScores
+from contamray.engines.base import (
+    Completion,
+    TokenScores,
+    encode_prompts,
+    encode_texts,
+    has_chat_template,
+    keep_head,
+    keep_tail,
+    warn_truncated,
+)
 from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
 from contamray.methods.base import Sampling
+
+log = logging.getLogger(__name__)
 
 VOCAB_STATS_UNSUPPORTED = (
     "with_vocab_stats (the vocabulary mean/std of log p that Min-K%++ needs) is not available from the "
@@ -59,6 +77,14 @@ def vllm_dtype(dtype: str, where: str = "dtype") -> str:
 
         return native_dtype(on_gpu=torch.cuda.is_available())
     return str(value).replace("torch.", "")
+
+
+def _new_tokens(out: Any) -> int:
+    """Tokens generated, the end-of-sequence token not counted (as ``HFEngine`` counts them)."""
+    first = out.outputs[0]
+    n = len(first.token_ids)
+    ended_on_eos = first.finish_reason == "stop" and first.stop_reason is None
+    return n - 1 if ended_on_eos and n else n
 
 
 class VLLMEngine:
@@ -96,6 +122,7 @@ class VLLMEngine:
                 raise ValueError(f"{where}.kv_cache_gib: vLLM's CPU build needs >= 1 GiB, got {kv_cache_gib}")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
         self.name = name or f"vllm:{model_path}"
+        self._warned_no_template = False
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.llm = vllm.LLM(
             model=model_path,
@@ -112,14 +139,16 @@ class VLLMEngine:
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.max_context: int = self.max_model_len - 1
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids with the tokenizer's special tokens (identical to ``HFEngine.encode``)."""
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"text #{i} is {type(t).__name__}, expected str")
-        if not texts:
-            return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+        return encode_texts(self.tokenizer, texts)
+
+    def encode_prompts(self, prompts: Sequence[str], chat: bool = False) -> list[list[int]]:
+        """Prompt ids as ``generate`` feeds them (identical to ``HFEngine.encode_prompts``)."""
+        if chat and not has_chat_template(self.tokenizer) and not self._warned_no_template:
+            log.warning("%s: the tokenizer has no chat template; chat requests use the raw text", self.name)
+            self._warned_no_template = True
+        return encode_prompts(self.tokenizer, prompts, chat)
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.encode(texts)]
@@ -130,8 +159,9 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        encoded = [ids[: self.max_context] for ids in self.encode(texts)]
-        results = [TokenScores(token_logprobs=[]) for _ in encoded]
+        encoded, truncated = keep_head(self.encode(texts), self.max_context)
+        warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
+        results = [TokenScores(token_logprobs=[], truncated=n) for n in truncated]
         todo = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
         if not todo:
             return results
@@ -153,10 +183,15 @@ class VLLMEngine:
                 if entry is None or ids[pos] not in entry:
                     raise RuntimeError(f"vLLM gave no log-probability for token {pos} of text #{i}")
                 values.append(float(entry[ids[pos]].logprob))
-            results[i] = TokenScores(token_logprobs=values, token_ids=list(ids[1:]))
+            results[i] = TokenScores(token_logprobs=values, token_ids=list(ids[1:]), truncated=truncated[i])
         return results
 
-    def generate(self, prompts: list[str], sampling: Sampling) -> list[str]:
+    def generate(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[str]:
+        """The new text of each prompt (see ``complete``)."""
+        return [c.text for c in self.complete(prompts, sampling, chat=chat)]
+
+    def complete(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[Completion]:
+        """One completion per prompt, with the prompt tokens read, generated and left out."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -168,7 +203,7 @@ class VLLMEngine:
                 f"sampling.max_tokens={sampling.max_tokens} leaves no room for a prompt in the model's "
                 f"context of {self.max_model_len} tokens; lower max_tokens"
             )
-        encoded = [ids[-room:] if len(ids) > room else ids for ids in self.encode(prompts)]
+        encoded, truncated = keep_tail(self.encode_prompts(prompts, chat), room)
         greedy = sampling.temperature <= 0
         params = SamplingParams(
             max_tokens=sampling.max_tokens,
@@ -178,10 +213,14 @@ class VLLMEngine:
             seed=None if greedy else sampling.seed,
         )
         _require_tokens(encoded)
+        warn_truncated(self.name, "prompts", truncated, room, f"cut from the left to leave {sampling.max_tokens} new")
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False
         )
-        return [out.outputs[0].text for out in outputs]
+        return [
+            Completion(text=out.outputs[0].text, prompt_tokens=len(ids), new_tokens=_new_tokens(out), truncated=n)
+            for out, ids, n in zip(outputs, encoded, truncated)
+        ]
 
     def close(self) -> None:
         """Drop the engine (and its engine-core process) now rather than at garbage collection."""

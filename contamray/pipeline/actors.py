@@ -7,7 +7,9 @@ stream, travel as one pickled list per cell and batch instead (see ``MatchWorker
 
 Failures stay local: an engine batch that raises is retried one request at a time so only the
 request that is really bad carries an ``error``; a scoring chunk that raises becomes one error row
-per example. Nothing is dropped, and the reducer counts the failed rows.
+per example. Nothing is dropped, and the reducer counts the failed rows. Nothing is cut silently
+either: an engine's count of the tokens it left out of a too-long text or prompt travels in
+``Output.truncated`` (the runner sums it per example into ``truncated_tokens``).
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
     """Answer a batch of requests on one engine, grouping compatible requests into one call.
 
     Answers are matched to requests by position, never by key: cells of different methods may send
-    requests with the same key (e.g. ``<id>|text``) in one batch, with different options.
+    requests with the same key (e.g. ``<id>|text``) in one batch, with different options. Generations
+    are grouped by sampling parameters and ``chat`` (a chat and a raw prompt never share a call).
     """
     answers: list[Output | None] = [None] * len(requests)
     groups: dict[Any, list[int]] = defaultdict(list)
     for i, req in enumerate(requests):
-        group = ("generate", req.sampling) if req.kind == "generate" else ("score", req.vocab_stats)
+        group = ("generate", (req.sampling, req.chat)) if req.kind == "generate" else ("score", req.vocab_stats)
         groups[group].append(i)
     for (kind, option), positions in groups.items():
         try:
@@ -59,11 +62,12 @@ def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
 def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Output]:
     texts = [r.text for r in reqs]
     if kind == "generate":
-        completions = engine.generate(texts, option)
-        # tokens the engine processed (prompt + completion): the request's cost
-        counts = engine.count_tokens([p + c for p, c in zip(texts, completions, strict=True)])
+        sampling, chat = option
+        completions = engine.complete(texts, sampling, chat=chat)
+        # num_tokens: tokens the engine processed (prompt as read + completion), the request's cost
         return [
-            Output(key=r.key, text=t, num_tokens=int(n)) for r, t, n in zip(reqs, completions, counts, strict=True)
+            Output(key=r.key, text=c.text, num_tokens=int(c.num_tokens), truncated=int(c.truncated))
+            for r, c in zip(reqs, completions, strict=True)
         ]
     scores = engine.score(texts, with_vocab_stats=bool(option))
     return [
@@ -73,6 +77,7 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
             num_tokens=s.num_tokens,
             token_mean=list(map(float, s.token_mean)),
             token_std=list(map(float, s.token_std)),
+            truncated=int(s.truncated),
         )
         for r, s in zip(reqs, scores, strict=True)
     ]

@@ -315,6 +315,8 @@ def _check_context(plan: Plan) -> None:
             pools = list(plan.models.values()) if role == "target" else [plan.pool_for_role(role, "")]
             for pool in pools:
                 limit = pool.engine.get("max_model_len")
+                if limit and pool.backend == "vllm":
+                    limit = int(limit) - 1  # vLLM must generate one token: a scored text may hold max_model_len - 1
                 if limit and int(context_len) > int(limit):
                     where = "judge" if pool is plan.judge else (
                         "reference_model" if pool is plan.reference_model else f"models.{pool.name}"

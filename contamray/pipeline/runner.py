@@ -403,11 +403,18 @@ class EngineCosts:
     batch, summed over the workers) is shared evenly by its examples (``add_shared``); the corpus
     reading all cells share is not counted. Stored per example (``engine_tokens``,
     ``engine_seconds``), summed per cell into the verdict (``engine_tokens``, ``seconds``).
+
+    Also what the engine left out: ``truncated_tokens`` per example is the sum, over the requests that
+    stand for it, of each request's ``Output.truncated`` (tokens of a text or prompt beyond the
+    model's context). It is not split: a request for a whole shard that lost tokens marks every
+    example of the shard with its full count (the engine does not know which examples lost them), so
+    a cell's total is a sum over requests, not over these rows. 0 when everything was read.
     """
 
     def __init__(self) -> None:
         self.tokens: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.truncated: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def add_pass(
         self, answered: list[tuple[str, Output]], request_records: dict[str, dict[str, tuple[str, ...]]], seconds: float
@@ -418,6 +425,7 @@ class EngineCosts:
             for rid in ids:
                 self.tokens[cell_key][rid] += out.num_tokens / len(ids)
                 self.seconds[cell_key][rid] += seconds * max(out.num_tokens, 1) / total / len(ids)
+                self.truncated[cell_key][rid] += int(out.truncated)
 
     def add_shared(self, cell_key: str, record_ids: list[str], seconds: float) -> None:
         """``seconds`` of work done for the whole cell, split evenly among its examples."""
@@ -428,6 +436,8 @@ class EngineCosts:
         tokens, seconds = self.tokens.get(cell_key, {}), self.seconds.get(cell_key, {})
         table["engine_tokens"] = table["record_id"].map(lambda rid: tokens.get(str(rid), 0.0)).astype(float)
         table["engine_seconds"] = table["record_id"].map(lambda rid: seconds.get(str(rid), 0.0)).astype(float)
+        truncated = self.truncated.get(cell_key, {})
+        table["truncated_tokens"] = table["record_id"].map(lambda rid: truncated.get(str(rid), 0)).astype("int64")
 
 
 def cell_cost(examples: pd.DataFrame) -> dict[str, float]:
