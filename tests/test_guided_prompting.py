@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from contamray.methods.base import _REGISTRY, Output
-from contamray.methods.closed.guided_prompting import Config, GuidedPrompting, prepare, split_reference
+from contamray.methods.closed.guided_prompting import Config, GuidedPrompting, judge_sample, prepare, split_reference
 from contamray.methods.closed.guided_prompts import build_prompts, clean_completion, parse_judge
 from contamray.metrics.rouge import rouge_l_f1, rouge_l_f1_many
 from contamray.records import Record
@@ -112,6 +112,32 @@ def test_registered_with_roles_and_config_errors() -> None:
         Config(decision="either")
     with pytest.raises(ValueError, match="min_frac"):
         Config(min_frac=0.8, max_frac=0.5)
+    cfg = method.make_config({"judge": True, "self_judge": True, "judge_instances": 10, "chat": False})
+    assert cfg.self_judge and not cfg.chat
+    assert not Config().self_judge and Config().chat and Config().algorithm1_test == "sign_flip"
+    with pytest.raises(ValueError, match="algorithm1_test.*sign_flip, bootstrap"):
+        Config(algorithm1_test="t_test")
+    with pytest.raises(ValueError, match="judge_instances must be >= 1"):
+        Config(judge_instances=0)
+    with pytest.raises(ValueError, match="min_near_exact must be in \\[1, judge_instances=3\\]"):
+        Config(judge_instances=3, min_near_exact=4)
+    assert method.outputs.score == method.outputs.membership == "rougeL_diff"
+    assert method.applies.min_rows == 5
+
+
+def test_plan_warnings_name_the_rows_each_algorithm_needs() -> None:
+    from contamray.methods.base import BenchmarkFacts
+
+    def facts(limit: int | None) -> BenchmarkFacts:
+        return BenchmarkFacts("arc_challenge", "arc", "ARC-Challenge", "test", "multiple_choice", True, limit, "first")
+
+    method = GuidedPrompting()
+    assert method.plan_warnings(Config(), facts(20)) == method.plan_warnings(Config(), facts(None)) == []
+    (alg1,) = method.plan_warnings(Config(), facts(4))
+    assert "needs >= 5 pairs" in alg1 and "limit (or run.limit) to >= 5" in alg1
+    assert len(method.plan_warnings(Config(alpha=0.01), facts(6))) == 1  # 7 at alpha 0.01
+    (alg2,) = method.plan_warnings(Config(judge=True), facts(8))
+    assert "judge_instances=10" in alg2 and "to >= 10" in alg2
 
 
 # ----------------------------------------------------------------------------- prompts and requests
@@ -146,7 +172,7 @@ def test_guided_prompts_name_dataset_and_split_general_ones_do_not(mirror_dir: P
             else:
                 assert "LABEL" not in guided.text + general.text
             for q in (guided, general):
-                assert q.kind == "generate" and q.engine == "target" and q.stage == 0
+                assert q.kind == "generate" and q.engine == "target" and q.stage == 0 and q.chat
                 assert q.record_ids == (record.id,)
                 assert q.sampling.temperature == 0.0 and q.sampling.max_tokens >= 16
 
@@ -236,6 +262,17 @@ def test_max_tokens_derived_from_second_piece_or_fixed(mirror_dir: Path) -> None
     assert {q.sampling.max_tokens for q in fixed} == {64}
 
 
+def test_chat_flag_reaches_every_generation_request(mirror_dir: Path) -> None:
+    records = rte(mirror_dir, 3)
+    for chat in (True, False):
+        cfg = Config(judge=True, self_judge=True, chat=chat)
+        method = GuidedPrompting()
+        stage0 = method.requests(records, cfg, 0, {})
+        stage1 = method.requests(records, cfg, 1, contaminated_model(records, cfg))
+        assert len(stage0) == 6 and len(stage1) == 3
+        assert {q.chat for q in stage0 + stage1} == {chat}
+
+
 # ----------------------------------------------------------------------------- splitting
 
 
@@ -299,8 +336,12 @@ def test_contaminated_model_is_detected(mirror_dir: Path) -> None:
         assert all(r["rougeL_guided"] == 1.0 for r in rows)
         assert all(r["guided_completion"] == r["second_piece"] for r in rows)
         assert all(r["bleurt_guided"] is None and r["judge_verdict"] is None for r in rows)
+        assert all(r["rougeL_diff"] == pytest.approx(1.0 - r["rougeL_general"]) for r in rows)
         verdict = method.reduce(rows, cfg)
-        assert verdict.contaminated and verdict.p_value is not None and verdict.p_value < 0.05
+        # all 10 differences positive: only the observed signs reach the observed sum, p = 2^-10 exactly
+        assert verdict.decision == "contaminated" and verdict.p_value == 1 / 1024
+        assert verdict.details["decided_by"] == "algorithm_1" and verdict.details["alg1"]["exact"]
+        assert verdict.details["summary"].startswith("decided by Algorithm 1 (sign-flip permutation test, exact")
         assert verdict.statistic > 0.5
         assert verdict.rate is None and verdict.n_examples == 10 and verdict.n_failed == 0
         assert verdict.partition == records[0].partition and verdict.method == "guided_prompting"
@@ -317,19 +358,31 @@ def test_same_answer_with_and_without_dataset_name_is_not_contaminated(mirror_di
     verdict = GuidedPrompting().reduce(rows, cfg)
     assert verdict.p_value == 1.0 and not verdict.contaminated and verdict.statistic == 0.0
     assert all(0 < r["rougeL_guided"] < 1 for r in rows)
+    # no pair differs: no test can say anything at alpha - inconclusive, never a silent "clean"
+    assert verdict.decision == "inconclusive"
+    assert "0 of 10 scored example(s)" in verdict.reason and "raise run.limit" in verdict.reason
 
 
 def test_one_lucky_example_is_not_enough(mirror_dir: Path) -> None:
-    # one guided completion right, nine equal to the general ones: p = P(pair never drawn) = 0.9**10
+    # one guided completion right, nine equal to the general ones: one non-zero difference, whose two signs
+    # give p = 1/2; the paper's bootstrap gives p = P(pair never drawn) = 0.9**10. Neither can reach 0.05.
     records = ag_news(mirror_dir)
-    cfg = Config()
-    seconds = [prepare(r, cfg).second for r in records]
+    seconds = [prepare(r, Config()).second for r in records]
     filler = {r.id: "the company said on Tuesday" for r in records}
     guided = dict(filler, **{records[0].id: seconds[0]})
-    rows = GuidedPrompting().score(records, outputs_for(records, cfg, guided, filler), cfg)
-    verdict = GuidedPrompting().reduce(rows, cfg)
-    assert verdict.p_value == pytest.approx(0.9**10, abs=0.015)
-    assert not verdict.contaminated
+    for cfg, p in ((Config(), 0.5), (Config(algorithm1_test="bootstrap"), 0.9**10)):
+        rows = GuidedPrompting().score(records, outputs_for(records, cfg, guided, filler), cfg)
+        verdict = GuidedPrompting().reduce(rows, cfg)
+        assert verdict.p_value == pytest.approx(p, abs=0.015)
+        assert verdict.decision == "inconclusive" and "1 of 10" in verdict.reason and ">= 5 non-zero" in verdict.reason
+
+
+def test_bootstrap_variant_decides_like_the_paper(mirror_dir: Path) -> None:
+    records = xsum(mirror_dir)
+    cfg = Config(algorithm1_test="bootstrap")
+    verdict = GuidedPrompting().reduce(GuidedPrompting().score(records, contaminated_model(records, cfg), cfg), cfg)
+    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(1 / 10_001)
+    assert verdict.details["alg1"]["test"] == "bootstrap" and "percentile bootstrap" in verdict.details["summary"]
 
 
 def test_reduce_accepts_a_dataframe_and_rejects_mixed_partitions(mirror_dir: Path) -> None:
@@ -338,7 +391,7 @@ def test_reduce_accepts_a_dataframe_and_rejects_mixed_partitions(mirror_dir: Pat
     rows = method.score(records, contaminated_model(records, cfg), cfg)
     from_list = method.reduce(rows, cfg)
     from_frame = method.reduce(pd.DataFrame(rows), cfg)
-    assert from_frame.p_value == from_list.p_value and from_frame.contaminated
+    assert from_frame.p_value == from_list.p_value == 1 / 1024 and from_frame.contaminated
     other = method.score(ag_news(mirror_dir, 2), contaminated_model(ag_news(mirror_dir, 2), cfg), cfg)
     with pytest.raises(ValueError, match="mixes partitions"):
         method.reduce(rows + other, cfg)
@@ -349,23 +402,27 @@ def test_reduce_accepts_a_dataframe_and_rejects_mixed_partitions(mirror_dir: Pat
 
 def test_failing_outputs_become_error_rows(mirror_dir: Path) -> None:
     records = xsum(mirror_dir)
-    cfg = Config(judge=True)
+    cfg = Config(judge=True, judge_instances=8)
     outputs = contaminated_model(records, cfg)
     for r in records:
         outputs[f"{r.id}|judge"] = Output(key=f"{r.id}|judge", text="Yes (exact match)")
     del outputs[f"{records[0].id}|general"]
     outputs[f"{records[1].id}|guided"] = Output(key=f"{records[1].id}|guided", error="CUDA out of memory")
-    del outputs[f"{records[2].id}|judge"]
+    del outputs[f"{records[2].id}|judge"]  # not in the judged sample: no judge answer, no error
+    outputs[f"{records[3].id}|judge"] = Output(key=f"{records[3].id}|judge", error="judge timed out")
     rows = GuidedPrompting().score(records, outputs, cfg)
     assert f"no output for request '{records[0].id}|general'" in rows[0]["error"]
     assert "CUDA out of memory" in rows[1]["error"] and f"{records[1].id}|guided" in rows[1]["error"]
-    assert f"'{records[2].id}|judge'" in rows[2]["error"]
-    assert rows[0]["rougeL_guided"] is None and rows[1]["rougeL_guided"] is None
-    assert all(r["error"] == "" for r in rows[3:])
+    assert rows[0]["rougeL_guided"] is None and rows[1]["rougeL_guided"] is None and rows[0]["rougeL_diff"] is None
+    assert rows[2]["error"] == "" and rows[2]["judge_verdict"] is None and rows[2]["judge_error"] == ""
+    # a judge failure leaves Algorithm 1's scores of the row in place
+    assert rows[3]["error"] == "" and "judge timed out" in rows[3]["judge_error"] and rows[3]["rougeL_guided"] == 1.0
+    assert all(r["error"] == "" for r in rows[2:])
     verdict = GuidedPrompting().reduce(rows, cfg)
-    assert verdict.n_examples == 10 and verdict.n_failed == 3
-    assert verdict.details["alg1"]["n"] == 7 and verdict.details["alg2"]["n_exact"] == 7
-    assert len(verdict.details["errors"]) == 3
+    assert verdict.n_examples == 10 and verdict.n_failed == 2
+    assert verdict.details["alg1"]["n"] == 8 and verdict.details["alg2"]["n_judge_failed"] == 1
+    assert verdict.details["alg2"]["n_exact"] == 6 and len(verdict.details["errors"]) == 2
+    assert "judge timed out" in verdict.details["judge_errors"][0]
 
 
 def test_bad_records_become_error_rows_without_requests(mirror_dir: Path) -> None:
@@ -404,8 +461,8 @@ def test_bad_records_become_error_rows_without_requests(mirror_dir: Path) -> Non
     assert "'<benchmark>/<config>/<split>'" in rows[3]["error"]
     same_partition = [rows[0], rows[2]]
     verdict = GuidedPrompting().reduce(same_partition, Config())
-    assert verdict.n_failed == 2 and not verdict.contaminated and verdict.p_value is None
-    assert "needs at least 2" in verdict.details["alg1"]["reason"]
+    assert verdict.n_failed == 2 and verdict.decision == "inconclusive" and verdict.p_value is None
+    assert "0 of 0 scored example(s)" in verdict.reason and verdict.details["decided_by"] == "algorithm_1"
 
 
 def test_duplicate_record_ids_are_refused(mirror_dir: Path) -> None:
@@ -512,3 +569,138 @@ def test_rouge_l() -> None:
     assert rouge_l_f1("something", "") == 0.0
     with pytest.raises(ValueError, match="2 references but 1 candidates"):
         rouge_l_f1_many(["a", "b"], ["a"])
+
+
+# ----------------------------------------------------------------------------- Algorithm 2 on the paper's 10
+
+
+def _table(
+    records: list[Record], cfg: Config, answers: dict[str, str], guided_right: set[str] = frozenset()
+) -> list[dict]:
+    """Rows of a model whose guided completion is the true second piece for ``guided_right`` (and the next
+    record's second piece otherwise) and whose general completion is always the next record's; judge
+    answers by record id (records without one were not judged)."""
+    seconds = [prepare(r, cfg).second for r in records]
+    wrong = {r.id: seconds[(i + 1) % len(records)] for i, r in enumerate(records)}
+    guided = {r.id: (s if r.id in guided_right else wrong[r.id]) for r, s in zip(records, seconds)}
+    outputs = outputs_for(records, cfg, guided, wrong)
+    for rid, text in answers.items():
+        outputs[f"{rid}|judge"] = Output(key=f"{rid}|judge", text=text)
+    return GuidedPrompting().score(records, outputs, cfg)
+
+
+def test_judge_sees_a_seeded_sample_of_ten(mirror_dir: Path) -> None:
+    records = rte(mirror_dir, 20)
+    cfg = Config(judge=True, self_judge=True)
+    outputs = contaminated_model(records, cfg)
+    method = GuidedPrompting()
+    judged = [q.record_ids[0] for q in method.requests(records, cfg, 1, outputs)]
+    assert len(judged) == 10 and set(judged) == judge_sample([r.id for r in records], cfg)
+    assert judged == [r.id for r in records if r.id in set(judged)]  # in record order
+    # the sample depends on the seed and the ids, not on the order of the rows
+    assert {q.record_ids[0] for q in method.requests(records[::-1], cfg, 1, outputs)} == set(judged)
+    other = {q.record_ids[0] for q in method.requests(records, Config(judge=True, seed=1), 1, outputs)}
+    assert other != set(judged) and len(other) == 10
+    # an example whose guided completion failed is not eligible: the next one by rank takes its place
+    first = judged[0]
+    outputs[f"{first}|guided"] = Output(key=f"{first}|guided", error="timeout")
+    again = {q.record_ids[0] for q in method.requests(records, cfg, 1, outputs)}
+    assert first not in again and len(again) == 10 and len(again & set(judged)) == 9
+    # a short partition: every eligible example is judged
+    assert len(method.requests(records[:6], cfg, 1, outputs)) == 6 - (first in {r.id for r in records[:6]})
+
+
+def test_thresholds_apply_to_the_ten_sampled_instances_only(mirror_dir: Path) -> None:
+    # 20 answered rows (a table with more judge answers than the sample): two near-exact "Yes" outside the
+    # sample of 10 do not count (the paper's thresholds are for 10 instances); inside it, they flag
+    records = rte(mirror_dir, 20)
+    cfg = Config(judge=True)
+    sample = judge_sample([r.id for r in records], cfg)
+    outside = [r.id for r in records if r.id not in sample][:2]
+    inside = [r.id for r in records if r.id in sample][:2]
+    for yes, decision in ((outside, "clean"), (inside, "contaminated")):
+        answers = {r.id: ("Yes (near-exact match)" if r.id in yes else "No") for r in records}
+        verdict = GuidedPrompting().reduce(_table(records, cfg, answers), cfg)
+        alg2 = verdict.details["alg2"]
+        assert (verdict.decision, alg2["n_judged"], alg2["n_near_exact"]) == (decision, 10, 2 * (yes == inside))
+        assert verdict.rate == pytest.approx(0.2 * (yes == inside)) and verdict.details["decided_by"] == "algorithm_2"
+
+
+@pytest.mark.parametrize(
+    ("answers", "decision"),
+    [
+        (["No"] * 7, "inconclusive"),  # 7 judged of 10, no match: cannot tell
+        (["No"] * 7 + ["I cannot tell."] * 3, "inconclusive"),  # answers without yes/no are not judgements
+        (["Yes (exact match)"] + ["No"] * 6, "contaminated"),  # >= 1 exact among 7: 3 more could only add
+        (["Yes (near-exact match)"] * 2 + ["No"] * 3, "contaminated"),
+        (["Yes (near-exact match)"] + ["No"] * 9, "clean"),
+    ],
+)
+def test_fewer_than_ten_judged_instances(mirror_dir: Path, answers: list[str], decision: str) -> None:
+    records = rte(mirror_dir, 10)
+    cfg = Config(judge=True)
+    verdict = GuidedPrompting().reduce(_table(records, cfg, dict(zip([r.id for r in records], answers))), cfg)
+    assert verdict.decision == decision and verdict.details["decided_by"] == "algorithm_2"
+    alg2 = verdict.details["alg2"]
+    assert alg2["n_judged"] == sum(a != "I cannot tell." for a in answers)
+    assert alg2["n_unparsed"] == sum(a == "I cannot tell." for a in answers)
+    if decision == "inconclusive":
+        assert f"usable Yes/No for {alg2['n_judged']} of the 10 instances" in verdict.reason
+        assert "raise run.limit to >= 10 rows" in verdict.reason
+
+
+def test_verdict_says_what_decided(mirror_dir: Path) -> None:
+    records = rte(mirror_dir, 10)
+    ids = [r.id for r in records]
+    no_match = {rid: "No" for rid in ids}
+    # every guided completion right (Algorithm 1: p = 2^-10) but a judge that says "No" every time
+    rows = _table(records, Config(judge=True), no_match, guided_right=set(ids))
+    by_alg2 = GuidedPrompting().reduce(rows, Config(judge=True))
+    assert by_alg2.decision == "clean" and by_alg2.details["decided_by"] == "algorithm_2"
+    assert by_alg2.p_value is None and by_alg2.rate == 0.0  # the report shows the judged share, not p
+    assert by_alg2.details["alg1"]["p_value"] == 1 / 1024 and by_alg2.details["alg1"]["decision"] == "contaminated"
+    assert by_alg2.details["summary"].startswith("decided by Algorithm 2: 0 exact / 0 near-exact of 10 judged")
+    assert "p = 0.000977 (not the decision)" in by_alg2.details["summary"]
+    by_alg1 = GuidedPrompting().reduce(rows, Config(judge=True, decision="alg1"))
+    assert by_alg1.decision == "contaminated" and by_alg1.details["decided_by"] == "algorithm_1"
+    assert by_alg1.p_value == 1 / 1024 and by_alg1.rate is None
+    either = GuidedPrompting().reduce(rows, Config(judge=True, decision="either"))
+    assert (either.decision, either.details["decided_by"], either.p_value) == ("contaminated", "algorithm_1", 1 / 1024)
+    # Algorithm 2 flags while Algorithm 1 cannot tell (identical completions): p None, rate 1/10
+    one_exact = dict(no_match, **{ids[0]: "Yes (exact match)"})
+    verdict = _judged(mirror_dir, [one_exact[rid] for rid in ids], "either")
+    assert (verdict.decision, verdict.details["decided_by"], verdict.p_value) == ("contaminated", "algorithm_2", None)
+    assert verdict.rate == 0.1 and verdict.details["alg1"]["decision"] == "inconclusive"
+    # either, Algorithm 2 clean and Algorithm 1 inconclusive: not "clean"
+    verdict = _judged(mirror_dir, ["No"] * 10, "either")
+    assert verdict.decision == "inconclusive" and verdict.details["decided_by"] == "algorithm_1"
+    assert verdict.reason.startswith("decision 'either' needs both algorithms clean")
+    # either, both clean: Algorithm 1's p (> alpha) is reported with the judged share
+    half = set(ids[:5])
+    rows = _table(records, Config(judge=True), no_match, guided_right=half)
+    for r in rows[5:]:  # the other half: the general completion right, the guided one not
+        r["rougeL_general"] = 1.0
+    both = GuidedPrompting().reduce(rows, Config(judge=True, decision="either"))
+    assert both.decision == "clean" and both.details["decided_by"] == "algorithm_1+algorithm_2"
+    assert both.p_value == both.details["alg1"]["p_value"] > 0.05 and both.rate == 0.0
+
+
+def test_self_judged_verdicts_are_labelled(mirror_dir: Path) -> None:
+    records = rte(mirror_dir, 10)
+    answers = {r.id: "No" for r in records}
+    for self_judge in (False, True):
+        cfg = Config(judge=True, self_judge=self_judge)
+        verdict = GuidedPrompting().reduce(_table(records, cfg, answers), cfg)
+        assert verdict.details["self_judged"] is self_judge and verdict.details["alg2"]["self_judged"] is self_judge
+        assert ("self-judged: the target judged its own completions" in verdict.details["summary"]) is self_judge
+    assert GuidedPrompting().reduce(_table(records, Config(), {}), Config()).details["self_judged"] is False
+
+
+def test_judged_table_reads_the_same_from_a_dataframe_with_missing_cells(mirror_dir: Path) -> None:
+    records = rte(mirror_dir, 10)
+    cfg = Config(judge=True)
+    rows = _table(records, cfg, {r.id: "Yes (near-exact match)" if i < 2 else "No" for i, r in enumerate(records)})
+    del rows[5]["judge_error"]  # a row written without the column: NaN in the frame, not a judge failure
+    frame = GuidedPrompting().reduce(pd.DataFrame(rows), cfg)
+    assert frame.decision == "contaminated" and frame.details["alg2"]["n_judge_failed"] == 0
+    assert frame.details["alg2"] == GuidedPrompting().reduce(rows, cfg).details["alg2"]

@@ -63,5 +63,5 @@ def test_a_target_judging_itself_is_refused_unless_asked() -> None:
     with pytest.raises(ConfigError, match="is the target model"):
         plan_of("method=[guided_prompting]", "methods.guided_prompting.judge=true", "+judge.source=smollm2-135m")
     plan_of(
-        "method=[guided_prompting]", "methods.guided_prompting.judge=true", "+methods.guided_prompting.self_judge=true"
+        "method=[guided_prompting]", "methods.guided_prompting.judge=true", "++methods.guided_prompting.self_judge=true"
     )

@@ -8,6 +8,13 @@
 - ``permutation_p_value``: the exact Monte Carlo permutation p-value of one observed statistic among
   its permuted values: ``(1 + #{permuted >= observed}) / (1 + n_permuted)`` - the rank of the
   canonical order among its shuffles (Oren et al., Section 3; Phipson & Smyth 2010 for the +1).
+- ``sign_flip_greater``: one-sided paired sign-flip permutation test of H1 "the differences d_i are
+  shifted above 0", under the null that each d_i is symmetric about 0 (the two members of a pair are
+  exchangeable). Exact over all 2^m sign assignments of the m non-zero differences when m <= ``max_exact``
+  (counted by meet in the middle: two halves of 2^(m/2) sums, sorted), else seeded Monte Carlo with the
+  +1 correction. Valid at any n (Fisher 1935; Good 2005, "Permutation, Parametric and Bootstrap Tests
+  of Hypotheses", sec. 3.1): the percentile bootstrap's p of ``stats.bootstrap`` is not computed under
+  the null and over-rejects at small n (see ``tests/test_stats_tests.py``).
 - ``mann_whitney_greater``: one-sided Mann-Whitney U test of H1 "x tends to be larger than y"
   (scipy's exact distribution for small samples without ties, the tie-corrected normal
   approximation otherwise). A partition's membership scores are compared with those of a reference
@@ -90,6 +97,101 @@ def permutation_p_value(observed: float, permuted: Sequence[float] | np.ndarray)
         raise ValueError(f"permutation_p_value: observed is {observed}; it must be a finite number")
     perm = _finite(permuted, "permutation_p_value: permuted", min_size=1)
     return float((1 + np.count_nonzero(perm >= observed)) / (1 + perm.size))
+
+
+SIGN_FLIP_MAX_EXACT = 30  # exact enumeration up to 2^30 sign assignments (two sorted halves of 2^15 sums)
+
+
+def sign_flip_min_p(n_nonzero: int) -> float:
+    """The smallest p-value the exact sign-flip test can give with ``n_nonzero`` non-zero differences:
+    2^-m (every difference positive; no other assignment reaches the observed sum)."""
+    return 2.0 ** -max(0, int(n_nonzero))
+
+
+def sign_flip_min_nonzero(alpha: float) -> int:
+    """Non-zero differences the sign-flip test needs before any outcome can reach ``alpha``:
+    the smallest m with 2^-m <= alpha (5 at alpha = 0.05, 7 at 0.01)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"sign_flip_min_nonzero: alpha must be in (0, 1), got {alpha}")
+    return max(1, math.ceil(math.log2(1.0 / alpha) - 1e-12))
+
+
+def sign_flip_nonzero(diffs: np.ndarray) -> np.ndarray:
+    """The differences the sign-flip test can flip: |d| above 1e-12 of the sample's scale (zeros, and
+    rounding residues of equal scores, flip to themselves and carry no information)."""
+    scale = float(np.abs(diffs).sum())
+    return diffs[np.abs(diffs) > 1e-12 * max(1.0, scale)]
+
+
+def _half_sums(values: np.ndarray) -> np.ndarray:
+    """All 2^k sums of +-values[i] (k = len(values))."""
+    sums = np.zeros(1)
+    for v in values:
+        sums = np.concatenate([sums + v, sums - v])
+    return sums
+
+
+def _sign_flip_exact_count(d: np.ndarray, threshold: float) -> int:
+    """#{s in {-1, +1}^m : sum(s * d) >= threshold}, by meet in the middle."""
+    half = d.size // 2
+    left, right = _half_sums(d[:half]), np.sort(_half_sums(d[half:]))
+    below = np.searchsorted(right, threshold - left, side="left")  # right-sums too small for each left-sum
+    return int(right.size * left.size - below.sum())
+
+
+def _sign_flip_mc_count(d: np.ndarray, threshold: float, n_resamples: int, seed: int) -> int:
+    rng = np.random.default_rng(seed)
+    rows = max(1, (1 << 20) // d.size)
+    count = 0
+    for start in range(0, n_resamples, rows):
+        k = min(rows, n_resamples - start)
+        signs = rng.integers(0, 2, size=(k, d.size), dtype=np.int8) * 2 - 1
+        count += int(np.count_nonzero(signs @ d >= threshold))
+    return count
+
+
+def sign_flip_greater(
+    diffs: Sequence[float] | np.ndarray,
+    *,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    max_exact: int = SIGN_FLIP_MAX_EXACT,
+) -> TestResult:
+    """One-sided paired sign-flip permutation test, H1: the differences are shifted above 0.
+
+    Null: every difference d_i is symmetric about 0 (for a paired design: the two scores of a pair are
+    exchangeable), so each of the 2^n sign assignments is equally likely. Statistic: T = sum(d) (the
+    mean, times n). p = #{s : sum(s * d) >= T} / 2^m over the m non-zero differences when
+    m <= ``max_exact`` (zeros flip to themselves), else ``(1 + #{T* >= T}) / (1 + n_resamples)`` over
+    ``n_resamples`` seeded random sign vectors. Both are valid: P(p <= alpha) <= alpha under the null.
+    Sums within a relative 1e-9 of T count as ties (>= T). No non-zero difference gives p = 1.
+    ``detail``: mean, n_nonzero, exact, n_resamples (0 when exact), min_p (the smallest p the data can give).
+    """
+    d = _finite(diffs, "sign_flip_greater: diffs", min_size=1)
+    if n_resamples < 1 or max_exact < 0:
+        raise ValueError(f"sign_flip_greater: need n_resamples >= 1 and max_exact >= 0, got {n_resamples}, {max_exact}")
+    scale = float(np.abs(d).sum())
+    nonzero = sign_flip_nonzero(d)
+    m = int(nonzero.size)
+    observed = float(nonzero.sum())
+    threshold = observed - 1e-9 * max(1.0, scale)
+    exact = m <= max_exact
+    if m == 0:
+        p = 1.0
+    elif exact:
+        p = _sign_flip_exact_count(nonzero, threshold) / 2.0**m
+    else:
+        p = (1 + _sign_flip_mc_count(nonzero, threshold, n_resamples, seed)) / (n_resamples + 1)
+    min_p = sign_flip_min_p(m) if exact else 1.0 / (n_resamples + 1)
+    detail = {
+        "mean": float(d.mean()),
+        "n_nonzero": m,
+        "exact": exact,
+        "n_resamples": 0 if exact else n_resamples,
+        "seed": seed,
+        "min_p": max(min_p, sign_flip_min_p(m)),
+    }
+    return TestResult(statistic=float(d.sum()), p_value=float(p), n=int(d.size), detail=detail)
 
 
 def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> TestResult:

@@ -20,7 +20,9 @@ LABEL/ANSWER line used for splits published without gold labels.
 
 The judge prompt is the paper's few-shot GPT-4 prompt (Figure 2) deciding whether a guided completion
 is an exact or near-exact match of the reference second piece; ``parse_judge`` turns its free-text
-answer into ``exact`` / ``near_exact`` / ``none`` / ``unparsed``.
+answer into ``exact`` / ``near_exact`` / ``none`` / ``unparsed``. Guided, general and judge prompts are
+sent as one user turn through the model's chat template when it has one (``chat``; the paper prompted chat
+models).
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ def parse_judge(answer: str) -> str:
     match"); "Yes" is ``near_exact`` when the line says near(-)exact, ``exact`` when it says exact, and
     ``near_exact`` when it says neither, since the instruction defines "Yes" as exact *or* near-exact
     and the weaker reading needs two such answers to flag a partition. No yes/no word: ``unparsed``
-    (counted as no match by Algorithm 2 and reported separately).
+    (not a usable judgement: Algorithm 2 does not count it among its judged instances, and reports it).
     """
     for raw in answer.splitlines():
         line = _ANSWER_LABEL.sub("", raw.strip().strip("*_#>` \t"))
