@@ -169,5 +169,6 @@ def test_sample_first_takes_a_contiguous_block_and_bad_values_name_the_key(mirro
 def test_min_k_plus_plus_on_a_vllm_model_is_refused_naming_the_backend_key():
     with pytest.raises(ConfigError, match=r"models.smollm2_135m.backend=hf"):
         plan_of("method=[min_k_plus_plus]", "models.smollm2_135m.backend=vllm",
-                "methods.min_k_plus_plus.reference=gsm8k")
-    plan_of("method=[min_k_plus_plus]", "methods.min_k_plus_plus.reference=gsm8k")
+                "methods.min_k_plus_plus.reference=gsm8k", "methods.min_k_plus_plus.mode=distribution")
+    plan_of("method=[min_k_plus_plus]", "methods.min_k_plus_plus.reference=gsm8k",
+            "methods.min_k_plus_plus.mode=distribution")

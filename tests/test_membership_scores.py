@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy.stats import binom
 
 from contamray.engines import resolve_model_path
 from contamray.engines.hf import HFEngine
 from contamray.methods.base import Output, get_method, method_names
-from contamray.methods.closed.membership_scores import k_count, min_k_mean, min_k_plus_plus_tokens
+from contamray.methods.closed.membership_scores import k_count, min_k_mean, min_k_plus_plus_tokens, min_p_value
 from contamray.records import Record
 from tests.test_sharded_likelihood import run_stages
 
@@ -91,6 +92,7 @@ def naive(engine: HFEngine, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
 TEXT = "Where did fortune cookies originate? They were first served in California, not in China."
 
 
+@pytest.mark.slow
 def test_scores_equal_their_formulas_on_the_real_model(base_engine: HFEngine):
     records = [rec(0, TEXT)]
     lp, mu, sd = naive(base_engine, TEXT)
@@ -116,6 +118,7 @@ def test_scores_equal_their_formulas_on_the_real_model(base_engine: HFEngine):
     assert rows["min_k"]["n_tokens"] == lp.size and rows["min_k"]["n_windows"] == 1
 
 
+@pytest.mark.slow
 def test_long_text_is_windowed_and_every_token_scored(base_engine: HFEngine):
     text = " ".join(f"item{i}" for i in range(60))
     method = get_method("perplexity")
@@ -127,6 +130,7 @@ def test_long_text_is_windowed_and_every_token_scored(base_engine: HFEngine):
     assert row["n_tokens"] == len(base_engine.encode([text])[0]) - 1
 
 
+@pytest.mark.slow
 def test_empty_and_failed_examples_are_error_rows(base_engine: HFEngine):
     method = get_method("min_k")
     config = method.make_config({"fields": ["input"]})
@@ -149,44 +153,143 @@ def test_min_k_plus_plus_needs_vocabulary_statistics():
 
 # ----------------------------------------------------------------------------- reduce
 
+OWN = "bench/default/test"
+HELDOUT = "bench/set1/test"  # the same adapter: a held-out of the same benchmark
+OTHER = "other/default/test"  # another benchmark
 
-def table(own: list[float], ref: list[float] | None, member: bool = False) -> pd.DataFrame:
+
+def table(
+    own: list[float], ref: list[float] | None, member: bool = False, ref_partition: str = HELDOUT
+) -> pd.DataFrame:
     rows = [
-        {"record_id": f"a{i}", "partition": "p/c/test", "score": s, "error": "", "is_reference": False}
+        {"record_id": f"a{i}", "partition": OWN, "score": s, "error": "", "is_reference": False}
         | ({"member": i % 2 == 0} if member else {})
         for i, s in enumerate(own)
     ]
     rows += [
-        {"record_id": f"b{i}", "partition": "q/c/test", "score": s, "error": "", "is_reference": True}
+        {"record_id": f"b{i}", "partition": ref_partition, "score": s, "error": "", "is_reference": True}
         for i, s in enumerate(ref or [])
     ]
     return pd.DataFrame(rows)
 
 
-def test_reduce_mann_whitney_against_the_reference_partition():
+def test_declarations_and_modes():
+    for name in NAMES:
+        method = get_method(name)
+        assert method.outputs.score == "score" and method.outputs.membership == "score"
+        assert "higher = member" in method.outputs.score_label
+        assert method.applies.min_rows == 10
+        assert method.make_config({}).mode == "heldout"
+    cfg = get_method("min_k").make_config({"reference": {"bench": "bench_heldout"}, "mode": "distribution"})
+    assert cfg.reference == {"bench": "bench_heldout"}
+    assert get_method("min_k").reference_benchmark(cfg, "bench") == "bench_heldout"
+    assert get_method("min_k").reference_benchmark(cfg, "other") is None
+    with pytest.raises(ValueError, match=r"methods\.perplexity\.mode.*heldout, distribution"):
+        get_method("perplexity").make_config({"mode": "paired"})
+
+
+def test_smallest_p_value_by_hand():
+    assert min_p_value(3, 3) == pytest.approx(1 / 20)  # C(6, 3) rankings, one of them all-above
+    assert min_p_value(10, 10) == pytest.approx(1 / 184756)
+    assert min_p_value(0, 5) == 1.0
+
+
+def test_reduce_heldout_mann_whitney():
     method = get_method("perplexity")
-    config = method.make_config({"reference": "unseen_bench"})
-    v = method.reduce(table([-1.0, -1.1, -0.9, -1.2, -0.8], [-3.0, -2.5, -2.8, -3.1, -2.9]), config)
-    assert v.contaminated and v.p_value == pytest.approx(1 / 252)  # exact: the 5 highest of 10, 1 / C(10, 5)
-    assert v.statistic == 1.0 and v.partition == "p/c/test" and v.n_examples == 5
-    v = method.reduce(table([-3.0, -2.5, -2.8], [-1.0, -1.1, -0.9]), config)
-    assert not v.contaminated and v.p_value > 0.9
+    config = method.make_config({"reference": "heldout"})
+    high = [-1.0 - 0.01 * i for i in range(10)]
+    low = [-3.0 - 0.01 * i for i in range(12)]
+    v = method.reduce(table(high, low), config)
+    assert v.decision == "contaminated" and v.p_value < 1e-3
+    assert v.statistic == 1.0 and v.partition == OWN and v.n_examples == 10
+    assert v.details["mode"] == "heldout" and "exchangeable" in v.details["null"]
+    assert "12 held-out rows of the same benchmark" in v.details["summary"]
+    assert v.details["summary"].endswith("-> contaminated")
+    v = method.reduce(table(low, high), config)
+    assert v.decision == "clean" and v.p_value > 0.9 and v.reason == ""
 
 
-def test_reduce_without_reference_reports_the_distribution_and_why():
+def _simulated(n_partitions: int, shift: float, seed: int) -> list[str]:
+    """Decisions of ``reduce`` on partitions whose 20 scores are N(shift, 1) against 20 held-out N(0, 1)."""
     method = get_method("min_k")
-    v = method.reduce(table([-1.0, -2.0, -3.0], None), method.make_config({}))
-    assert v.p_value is None and not v.contaminated
-    assert v.statistic == pytest.approx(-2.0) and v.details["partition"]["n"] == 3
-    assert "methods.<label>.reference" in v.details["note"]
+    config = method.make_config({"reference": {"bench": "bench_heldout"}, "alpha": 0.05})
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_partitions):
+        own = rng.normal(shift, 1.0, 20) - 4.0
+        ref = rng.normal(0.0, 1.0, 20) - 4.0
+        out.append(method.reduce(table(own.tolist(), ref.tolist()), config).decision)
+    return out
 
 
-def test_reduce_reports_member_auc_when_labels_exist():
+def test_null_flag_rate_is_alpha_when_partition_and_heldout_are_iid():
+    """The null, checked: 400 clean partitions against i.i.d. held-out rows flag at ~alpha = 5 %."""
+    n = 400
+    decisions = _simulated(n, 0.0, seed=13)
+    flagged = decisions.count("contaminated")
+    assert set(decisions) <= {"contaminated", "clean"}  # 20 vs 20 rows: never too few to decide
+    # two-sided 99.9 % binomial interval around n * alpha = 20
+    low, high = binom.ppf(0.0005, n, 0.05), binom.ppf(0.9995, n, 0.05)
+    assert low <= flagged <= high, flagged
+    shifted = _simulated(100, 1.0, seed=14)  # one standard deviation higher: power ~ 0.9
+    assert shifted.count("contaminated") >= 80
+
+
+def test_no_reference_is_inconclusive_and_says_what_to_set():
+    method = get_method("min_k")
+    v = method.reduce(table([-1.0 - i for i in range(12)], None), method.make_config({}))
+    assert v.decision == "inconclusive" and not v.contaminated and v.p_value is None
+    assert "no reference configured" in v.reason and "methods.<label>.reference" in v.reason
+    assert math.isnan(v.statistic) and v.details["partition"]["n"] == 12
+    # the reference partition itself: a reference is configured, but not for it
+    v = method.reduce(table([-1.0 - i for i in range(12)], None), method.make_config({"reference": {"x": "bench"}}))
+    assert v.decision == "inconclusive" and "itself a reference" in v.reason and "methods.<label>.reference" in v.reason
+    assert "no reference rows -> inconclusive" in v.details["summary"]
+
+
+def test_too_few_rows_are_inconclusive():
     method = get_method("perplexity")
-    # members (even positions) score -1, non-members -2; reference rows count as non-members
-    v = method.reduce(table([-1.0, -2.0, -1.0, -2.0], [-2.5, -3.0], member=True), method.make_config({}))
-    assert v.details["auc_member"] == 1.0 and v.details["n_members"] == 2 and v.details["n_non_members"] == 4
+    config = method.make_config({"reference": "heldout"})
+    v = method.reduce(table([-1.0, -1.1, -0.9, -1.2, -0.8], [-3.0 - 0.1 * i for i in range(20)]), config)
+    assert v.decision == "inconclusive" and ">= 10 a side" in v.reason and "limit" in v.reason
+    assert v.p_value is not None and v.statistic == 1.0  # the test stays as evidence, not as a decision
+    failed = table([-1.0 - 0.01 * i for i in range(10)], [-3.0 - 0.1 * i for i in range(10)])
+    failed.loc[0, "error"] = "engine failed"  # 9 scored rows left
+    assert method.reduce(failed, config).decision == "inconclusive"
+    # 10 a side, but alpha below the smallest p those rows can give
+    tight = method.make_config({"reference": "heldout", "alpha": 1e-7})
+    v = method.reduce(table([-1.0 - 0.01 * i for i in range(10)], [-3.0 - 0.1 * i for i in range(10)]), tight)
+    assert v.decision == "inconclusive" and "1 / C(20, 10)" in v.reason
+
+
+def test_cross_benchmark_rows_only_in_distribution_mode():
+    method = get_method("perplexity")
+    own, ref = [-1.0 - 0.01 * i for i in range(10)], [-3.0 - 0.01 * i for i in range(10)]
+    heldout = method.reduce(table(own, ref, ref_partition=OTHER), method.make_config({"reference": "x"}))
+    assert heldout.decision == "inconclusive" and "another benchmark" in heldout.reason
+    assert heldout.p_value is None
+    shift = method.reduce(table(own, ref, ref_partition=OTHER), method.make_config({"mode": "distribution"}))
+    assert shift.decision == "contaminated" and shift.details["mode"] == "distribution"
+    caveat = "distribution comparison: a difference may be benchmark shift, not contamination"
+    assert caveat in shift.details["null"] and caveat in shift.details["summary"]
+
+
+def test_member_auc_counts_same_benchmark_rows_only():
+    method = get_method("perplexity")
+    own = [-1.0, -2.0] * 6  # members (even positions) -1, non-members -2
+    # held-out rows of the same benchmark are non-members too (heldout mode)
+    v = method.reduce(table(own, [-2.5] * 10, member=True), method.make_config({"reference": "x"}))
+    assert v.details["auc_member"] == 1.0 and v.details["n_members"] == 6 and v.details["n_non_members"] == 16
     assert v.details["tpr_at_5pct_fpr"] == 1.0
+    # rows of another benchmark, scored above the members, are never counted (they would drag the AUC down)
+    for mode in ("heldout", "distribution"):
+        cfg = method.make_config({"reference": "x", "mode": mode})
+        v = method.reduce(table(own, [0.0] * 10, member=True, ref_partition=OTHER), cfg)
+        assert v.details["auc_member"] == 1.0 and v.details["n_non_members"] == 6, mode
+    # in distribution mode not even same-adapter reference rows count: the reference is not a held-out
+    cfg = method.make_config({"reference": "x", "mode": "distribution"})
+    v = method.reduce(table(own, [0.0] * 10, member=True), cfg)
+    assert v.details["n_non_members"] == 6
 
 
 def test_reduce_per_k_columns():
@@ -194,9 +297,60 @@ def test_reduce_per_k_columns():
     rows = table([-1.0, -1.5], [-2.0, -2.5])
     rows["min_k_5"] = rows["score"] * 2
     rows["min_k_10"] = -rows["score"]  # reversed ranking for this k
-    v = method.reduce(rows, method.make_config({"ks": [0.05, 0.1, 0.2]}))
+    v = method.reduce(rows, method.make_config({"ks": [0.05, 0.1, 0.2], "reference": "x"}))
     assert v.details["by_column"]["min_k_5"]["auc_vs_reference"] == 1.0
     assert v.details["by_column"]["min_k_10"]["auc_vs_reference"] == 0.0
+    assert v.decision == "inconclusive"  # 2 rows a side
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def plan_of(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from contamray.experiments import CONF_DIR
+    from contamray.pipeline.plan import build_plan
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=["+exp=canary", "method=[min_k]", *overrides])
+    cfg.run.output_dir = "unused"
+    return build_plan(cfg)
+
+
+def test_canary_plan_tests_synthetic_facts_against_its_heldout_only():
+    plan = plan_of()
+    deps = {c.benchmark: [d.benchmark for d in plan.dependencies(c)] for c in plan.cells if c.method == "min_k"}
+    assert deps["synthetic_facts"] == ["synthetic_facts_clean"]
+    assert deps["arc_challenge"] == [] and deps["winogrande"] == [] and deps["synthetic_facts_clean"] == []
+    warned = [w for w in plan.warnings if "no reference partition" in w]
+    assert len(warned) == 2 and any("arc_challenge" in w for w in warned)  # not for the reference itself
+
+
+def test_plan_refuses_a_cross_benchmark_reference_in_heldout_mode():
+    from contamray.pipeline.plan import ConfigError
+
+    cross = "++methods.min_k.reference={synthetic_facts:synthetic_facts_clean,arc_challenge:synthetic_facts_clean}"
+    with pytest.raises(
+        ConfigError, match=r"methods\.min_k\.reference: mode=heldout.*arc_challenge.*mode: distribution"
+    ):
+        plan_of(cross)
+    plan = plan_of(cross, "methods.min_k.mode=distribution")
+    cell = next(c for c in plan.cells if c.method == "min_k" and c.benchmark == "arc_challenge")
+    assert [d.benchmark for d in plan.dependencies(cell)] == ["synthetic_facts_clean"]
+    # the same rows are never a held-out, in any mode
+    same = "+benchmarks.sf_again={adapter:synthetic_facts,split:test,limit:20}"
+    for mode in ("heldout", "distribution"):
+        with pytest.raises(ConfigError, match="same partition"):
+            plan_of(same, "++methods.min_k.reference={synthetic_facts:sf_again}", f"methods.min_k.mode={mode}")
+    # another config of a hub dataset is a different subset, not a draw; another split of the same config is one
+    xs = "+benchmarks.wg_xs={adapter:winogrande,config:winogrande_xs,split:train,limit:20}"
+    with pytest.raises(ConfigError, match="not draws"):
+        plan_of(xs, "++methods.min_k.reference={winogrande:wg_xs}")
+    val = "+benchmarks.wg_train={adapter:winogrande,split:train,limit:20}"
+    plan = plan_of(val, "++methods.min_k.reference={winogrande:wg_train}")
+    cell = next(c for c in plan.cells if c.method == "min_k" and c.benchmark == "winogrande")
+    assert [d.benchmark for d in plan.dependencies(cell)] == ["wg_train"]
 
 
 # ----------------------------------------------------------------------------- the detection test
@@ -210,6 +364,7 @@ def membership_table(method, config, seen, unseen, engines) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_min_k_plus_plus_separates_seen_from_unseen(contaminated_model):
     """Done-when of issue 3: Min-K%++ AUC >= 0.9 between the fine-tuned slice and an unseen slice."""
     engine = HFEngine(contaminated_model.path, dtype="auto", batch_size=16)
@@ -221,17 +376,20 @@ def test_min_k_plus_plus_separates_seen_from_unseen(contaminated_model):
     assert (tab["error"] == "").all()
     v = method.reduce(tab, config)
     assert v.details["auc_member"] >= 0.9, v.details
-    assert v.statistic >= 0.9 and v.contaminated and v.p_value < 1e-3
+    assert v.statistic >= 0.9 and v.decision == "contaminated" and v.p_value < 1e-3
 
 
+@pytest.mark.slow
 def test_reference_ratio_with_the_base_model_as_reference(contaminated_model):
     """The fine-tuned model over the base model: the seen slice gains far more likelihood."""
     target = HFEngine(contaminated_model.path, dtype="auto", batch_size=16)
     reference = HFEngine(resolve_model_path("smollm2-135m"), dtype="auto", batch_size=16)
     method = get_method("reference_ratio")
-    config = method.make_config({"fields": list(contaminated_model.fields), "format": contaminated_model.format})
+    config = method.make_config(
+        {"fields": list(contaminated_model.fields), "format": contaminated_model.format, "reference": "unseen"}
+    )
     seen = contaminated_model.seen[:20]
     unseen = contaminated_model.unseen[:20]
     tab = membership_table(method, config, seen, unseen, {"target": target, "reference": reference})
     v = method.reduce(tab, config)
-    assert v.details["auc_member"] >= 0.9 and v.contaminated, v.details
+    assert v.details["auc_member"] >= 0.9 and v.decision == "contaminated", v.details

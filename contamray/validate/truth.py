@@ -12,9 +12,10 @@ Open-data cells (``corpus:<kind>``): the truth is the corpus's manifest, ``<run>
 or ``not_injected``; a partition is contaminated when any of its rows is. A files corpus without a
 manifest has no known truth (``truth`` stays empty and the cells are left out of the scores).
 
-A method's own reference partition (``methods.<label>.reference``: the known-unseen benchmark its test
-compares against, e.g. Min-K%'s) cannot be judged by that method - it is the yardstick, never tested -
-so its truth is left empty there (``role: reference``) and the scores skip it.
+A method's own reference partitions (``methods.<label>.reference``, one key or a mapping benchmark ->
+key: the known-unseen partitions its test compares against, e.g. Min-K%'s held-out) cannot be judged by
+that method - each is a yardstick, never tested - so their truth is left empty there (``role:
+reference``) and the scores skip them.
 
 Every labelled verdict also carries its grid coordinates: ``duplication`` (copies of the partition in
 the training stream), ``kind`` (``form/content/order``, e.g. ``verbatim/input_only/canonical``),
@@ -86,14 +87,17 @@ def injections(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def reference_partitions(config: dict[str, Any]) -> dict[str, str]:
-    """Method label -> the partition of its ``reference`` benchmark (for methods that have one)."""
+def reference_partitions(config: dict[str, Any]) -> dict[str, set[str]]:
+    """Method label -> the partitions of its ``reference`` benchmarks (one key, or a mapping benchmark ->
+    key), for methods that have one."""
     names = benchmark_partitions(config)
     out = {}
     for label, spec in (config.get("methods") or {}).items():
         ref = (spec or {}).get("reference") if isinstance(spec, dict) else None
-        if ref and ref in names:
-            out[label] = names[ref]
+        keys = list(ref.values()) if isinstance(ref, dict) else [ref] if ref else []
+        partitions = {names[k] for k in keys if isinstance(k, str) and k in names}
+        if partitions:
+            out[label] = partitions
     return out
 
 
@@ -165,7 +169,7 @@ def label_run(output_dir: str | Path) -> LabelledRun:
     labelled["benchmark"] = labelled["partition"].astype(str).str.split("/").str[0]
     labelled["run"] = folder.name
     refs = reference_partitions(config)
-    is_ref = [refs.get(str(m)) == str(p) for m, p in zip(labelled["method"], labelled["partition"])]
+    is_ref = [str(p) in refs.get(str(m), set()) for m, p in zip(labelled["method"], labelled["partition"])]
     labelled["role"] = ["reference" if r else "" for r in is_ref]
     labelled["truth"] = [None if r else t for r, t in zip(is_ref, labelled["truth"])]
     examples = _label_examples(examples, inj, manifest)
