@@ -28,7 +28,7 @@ from contamray.engines import resolve_model_path
 from contamray.engines.hf import HFEngine
 from contamray.methods.base import get_method
 from contamray.records import Record
-from contamray.validate.calibrate import SharedEngines, decide, slices
+from contamray.validate.calibrate import MEMBERSHIP, SharedEngines, decide, slices
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,6 @@ ALPHA = 0.05
 SLICE = 20
 N_SLICES = 10  # per generated benchmark
 MAX_FLAGS = 2  # of 20 clean slices
-MEMBERSHIP = ("min_k", "min_k_plus_plus", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
 
 
 def _slices(adapter: str, config: str) -> list[list[Record]]:

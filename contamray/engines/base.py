@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from contamray.methods.base import Sampling
+from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
 

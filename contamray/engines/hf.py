@@ -56,7 +56,7 @@ from contamray.engines.base import (
     keep_tail,
     warn_truncated,
 )
-from contamray.methods.base import Sampling
+from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
 

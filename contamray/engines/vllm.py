@@ -55,7 +55,7 @@ from contamray.engines.base import (
     warn_truncated,
 )
 from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
-from contamray.methods.base import Sampling
+from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Output, Request, get_method
+from contamray.engines.wire import Output, Request
+from contamray.methods.base import get_method
 from contamray.records import Record
 
 

@@ -22,9 +22,10 @@ import json
 import logging
 from typing import Any
 
-from contamray.methods.base import Output, Request
+from contamray.engines.wire import Output, Request
 from contamray.pipeline.actors import EngineWorker
 from contamray.pipeline.plan import ModelPlan
+from contamray.pipeline.progress import Progress
 
 log = logging.getLogger("contamray")
 
@@ -53,8 +54,11 @@ class EnginePool:
         self.actors = [actor_class.remote(dict(pool.engine)) for _ in range(max(1, pool.concurrency))]
         log.info("engine pool %s: %d actor(s) started", pool.name, len(self.actors))
 
-    def answer(self, items: list[tuple[str, Request]]) -> list[tuple[str, Output]]:
-        """(cell key, Output) for every (cell key, Request); order is not kept."""
+    def answer(self, items: list[tuple[str, Request]], label: str = "") -> list[tuple[str, Output]]:
+        """(cell key, Output) for every (cell key, Request); order is not kept.
+
+        Progress (requests done / total, tokens/s, ETA) is reported under ``label`` as batches come back.
+        """
         from ray.util import ActorPool
 
         batches = [
@@ -65,10 +69,14 @@ class EnginePool:
             for i in range(0, len(items), self.batch_size)
         ]
         out: list[tuple[str, Output]] = []
-        for result in ActorPool(self.actors).map_unordered(lambda actor, batch: actor.answer.remote(batch), batches):
-            out.extend(
-                (cell, Output.from_row(json.loads(row))) for cell, row in zip(result["cell"], result["output"])
-            )
+        with Progress(label or f"engine pool {self.name}", len(items), unit="requests") as progress:
+            pending = ActorPool(self.actors).map_unordered(lambda actor, batch: actor.answer.remote(batch), batches)
+            for result in pending:
+                answered = [
+                    (cell, Output.from_row(json.loads(row))) for cell, row in zip(result["cell"], result["output"])
+                ]
+                out.extend(answered)
+                progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered))
         return out
 
     def close(self) -> None:

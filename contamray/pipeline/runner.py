@@ -32,12 +32,14 @@ import pandas as pd
 import ray
 
 from contamray.corpus.fingerprint import corpus_fingerprint
-from contamray.methods.base import ERROR, NOT_APPLICABLE, Output, Request
+from contamray.engines.wire import Output, Request
+from contamray.methods.base import ERROR, NOT_APPLICABLE
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
 from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest
+from contamray.pipeline.progress import Progress
 from contamray.pipeline.store import ResultStore
 from contamray.records import Record
 
@@ -200,7 +202,8 @@ def _score_closed_model(
                 items = by_pool[pool_name]
                 log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
                 started = time.perf_counter()
-                answered = engines.get(pools[pool_name]).answer(items)
+                label = f"model {model_name} stage {stage} on {pool_name}"
+                answered = engines.get(pools[pool_name]).answer(items, label=label)
                 costs.add_pass(answered, request_records, time.perf_counter() - started)
                 for cell_key, out in answered:
                     outputs[cell_key][out.key] = out
@@ -329,7 +332,7 @@ def _judge_open_cells(
         for pool_name, pool_items in items.items():
             log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
             started = time.perf_counter()
-            answered = engines.get(pools[pool_name]).answer(pool_items)
+            answered = engines.get(pools[pool_name]).answer(pool_items, label=f"open-data judge on {pool_name}")
             costs.add_pass(answered, request_records, time.perf_counter() - started)
             for cell_key, out in answered:
                 judged[cell_key].append(out)
@@ -367,8 +370,10 @@ def _score_cells(
             num_cpus=1,
             **cpu_work_options(),
         )
-        for row in scored.iter_rows():
-            rows_by_cell[str(row["cell"])].extend(json.loads(row["rows"]))
+        with Progress(f"scoring {_models_of(cells)}", len(items), unit="chunks") as progress:
+            for row in scored.iter_rows():
+                rows_by_cell[str(row["cell"])].extend(json.loads(row["rows"]))
+                progress.update(1)
     for cell in cells:
         rows = rows_by_cell[cell.key] + [dict(f) for f in failures.get(cell.benchmark, [])]
         if cell.key in cell_errors:
@@ -381,6 +386,11 @@ def _score_cells(
         if costs is not None and "record_id" in table.columns:
             costs.add_columns(cell.key, table)
         store.put_examples(cell, plan.cell_hash(cell), table)
+
+
+def _models_of(cells: list[Cell]) -> str:
+    """The models (or corpus) of ``cells``, for a progress label."""
+    return ", ".join(sorted({c.model for c in cells}))
 
 
 def _ready_to_reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> list[Cell]:
@@ -477,8 +487,12 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
         table = reduce_input(plan, cell, store)
         mp = plan.methods[cell.method]
         pending.append((cell, cell_cost(table), reduce_task.remote(mp.method_name, mp.label, mp.params, table)))
+    if not pending:
+        return
+    progress = Progress(f"reducing {_models_of(cells)}", len(pending), unit="cells")
     for cell, cost, ref in pending:
         verdict = ray.get(ref)
+        progress.update(1)
         verdict.update(cost)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, str(verdict.get("partition", "")))
@@ -492,6 +506,7 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
             f" ERROR {verdict['error']}" if verdict.get("error") else "",
             f" ({verdict['reason']})" if verdict.get("reason") else "",
         )
+    progress.close()
 
 
 def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:

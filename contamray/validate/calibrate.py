@@ -14,8 +14,8 @@ rate above alpha there is either pretraining exposure or structure the test cann
 sorted by subject, topical runs) - the numbers are reported (README, between
 ``<!-- calibration:start -->`` and ``<!-- calibration:end -->``), not asserted.
 
-The engine answers are shared between methods that send the same text (``SharedEngines``), so Min-K%,
-Min-K%++, perplexity and zlib pay for one scoring pass per example.
+The engine answers are shared between methods that send the same text (``SharedEngines``), so Min-K%++,
+Min-K%, perplexity and zlib pay for one scoring pass per example.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from contamray.records import Record
 log = logging.getLogger(__name__)
 
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
-MEMBERSHIP = ("min_k", "min_k_plus_plus", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
+# Min-K%++ first: its scores (with vocabulary statistics) serve Min-K%, perplexity and zlib (SharedEngines)
+MEMBERSHIP = ("min_k_plus_plus", "min_k", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
 # the reference-model ratio needs a second model (the target over a reference): not part of a one-model run
 METHODS = ("sharded_likelihood", *[m for m in MEMBERSHIP if m != "reference_ratio"], "guided_prompting")
 BENCHMARKS = ("arc_challenge", "hellaswag", "mmlu", "winogrande")
@@ -56,8 +57,8 @@ PARAMS: dict[str, dict[str, Any]] = {
 class SharedEngines:
     """Answers requests on engines by role; each distinct (engine, text, options) is computed once.
 
-    A score request is always answered with the vocabulary statistics (Min-K%++ needs them), so one
-    pass serves every method that scores the same text.
+    A score answered with the vocabulary statistics (Min-K%++) also serves the same text's plain score
+    requests, so run Min-K%++ first and Min-K%, perplexity and zlib pay nothing more.
     """
 
     def __init__(self, engines: dict[str, Any]) -> None:
@@ -65,24 +66,30 @@ class SharedEngines:
         self.cache: dict[tuple, Output] = {}
 
     @staticmethod
-    def _content(r: Request) -> tuple:
-        return (r.engine, r.kind, r.text, r.sampling if r.kind == "generate" else None, r.chat)
+    def _content(r: Request, vocab_stats: bool | None = None) -> tuple:
+        options = r.sampling if r.kind == "generate" else (r.vocab_stats if vocab_stats is None else vocab_stats)
+        return (r.engine, r.kind, r.text, options, r.chat)
+
+    def _cached(self, r: Request) -> Output | None:
+        found = self.cache.get(self._content(r))
+        if found is None and r.kind == "score" and not r.vocab_stats:
+            found = self.cache.get(self._content(r, vocab_stats=True))
+        return found
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Output]:
         from contamray.pipeline.actors import answer_requests
 
         todo: dict[tuple, Request] = {}
         for r in requests:
-            key = self._content(r)
-            if key not in self.cache and key not in todo:
-                todo[key] = dataclasses.replace(r, vocab_stats=r.kind == "score")
+            if self._cached(r) is None:
+                todo.setdefault(self._content(r), r)
         by_engine: dict[str, list[tuple[tuple, Request]]] = {}
         for key, r in todo.items():
             by_engine.setdefault(r.engine, []).append((key, r))
         for role, pairs in by_engine.items():
             outs = answer_requests(self.engines[role], [r for _, r in pairs])
             self.cache.update({key: out for (key, _), out in zip(pairs, outs, strict=True)})
-        return {r.key: dataclasses.replace(self.cache[self._content(r)], key=r.key) for r in requests}
+        return {r.key: dataclasses.replace(self._cached(r), key=r.key) for r in requests}  # type: ignore[arg-type]
 
     def run(self, method: Method, records: list[Record], cfg: Any) -> list[dict[str, Any]]:
         """One cell as the runner does it: the method's request stages, then ``score``."""

@@ -1,0 +1,103 @@
+"""The engine's wire types: what crosses between a method, the pipeline and an engine.
+
+``Sampling`` (generation parameters), ``Request`` (one engine call) and ``Output`` (its answer) live
+here, beside the engines, so that ``contamray.engines`` never imports ``contamray.methods``: methods
+and the pipeline depend on engines, never the other way round (``tests/test_architecture.py``).
+``contamray.methods.base`` re-exports the three for methods and tests.
+
+``Request.to_row`` / ``Output.to_row`` (and ``from_row``) turn them into plain JSON-able dicts, the form in which
+requests and outputs cross Ray actors (``contamray.pipeline.actors``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Generation parameters; greedy by default (temperature 0), as the guided-prompting paper."""
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One engine call: generate from ``text`` (``kind="generate"``) or score ``text`` (``"score"``).
+
+    ``key`` is unique within a (model, method) cell; ``record_ids`` lists the examples it stands for
+    (one, or a whole shard); ``engine`` is the role of the engine that must answer it.
+    """
+
+    key: str
+    record_ids: tuple[str, ...]
+    kind: Literal["generate", "score"]
+    text: str
+    sampling: Sampling = Sampling()
+    engine: str = "target"
+    stage: int = 0
+    vocab_stats: bool = False  # score: also return per-position vocabulary mean/std (Min-K%++)
+    chat: bool = False  # generate: wrap ``text`` as a user turn in the model's chat template (when it has one)
+
+    def to_row(self) -> dict[str, Any]:
+        row = dataclasses.asdict(self)
+        row["record_ids"] = list(self.record_ids)
+        row["sampling"] = dataclasses.asdict(self.sampling)
+        row["sampling"]["stop"] = list(self.sampling.stop)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Request:
+        s = dict(row["sampling"])
+        s["stop"] = tuple(s.get("stop") or ())
+        return cls(
+            key=row["key"],
+            record_ids=tuple(row["record_ids"]),
+            kind=row["kind"],
+            text=row["text"],
+            sampling=Sampling(**s),
+            engine=row.get("engine", "target"),
+            stage=int(row.get("stage", 0)),
+            vocab_stats=bool(row.get("vocab_stats", False)),
+            chat=bool(row.get("chat", False)),
+        )
+
+
+@dataclass
+class Output:
+    """An engine's answer to one Request.
+
+    ``text`` for generation; for scoring, ``token_logprobs`` are the log-probabilities of every token
+    of the text given its prefix (first token excluded) and ``num_tokens`` the scored count.
+    ``token_mean`` / ``token_std`` are, per scored position, the mean and standard deviation of the
+    next-token log-probability over the vocabulary (Min-K%++), filled only when asked for.
+    ``truncated`` counts the tokens of the request the engine had to leave out (a prompt or text
+    longer than the model's context): 0 when the whole text was read.
+    ``error`` is non-empty when the request failed; the rest is then empty.
+    """
+
+    key: str
+    text: str = ""
+    token_logprobs: list[float] = field(default_factory=list)
+    num_tokens: int = 0
+    token_mean: list[float] = field(default_factory=list)
+    token_std: list[float] = field(default_factory=list)
+    truncated: int = 0
+    error: str = ""
+
+    def to_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Output:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: row[k] for k in names if k in row}
+        for name in ("token_logprobs", "token_mean", "token_std"):
+            values[name] = [float(x) for x in (values.get(name) if values.get(name) is not None else [])]
+        return cls(**values)

@@ -1,0 +1,118 @@
+"""Progress of engine passes, scoring and reducing (issue #14): the reporter's numbers on a fake clock,
+and the log of one real pipeline run on the embedded model."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contamray.pipeline.progress import INTERVAL, INTERVAL_ENV, Progress, default_interval, format_seconds
+
+REPO = Path(__file__).resolve().parents[1]
+LOGGER = "contamray.pipeline.progress"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
+
+
+def test_rate_and_eta_after_30_of_120_in_10_seconds(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = FakeClock()
+    progress = Progress("model m stage 0", 120, interval=10, clock=clock, tty=False)
+    assert progress.eta is None and progress.rate == 0.0
+    clock.now = 10.0
+    progress.update(30, tokens=600)
+    assert progress.rate == pytest.approx(3.0)
+    assert progress.eta == pytest.approx(30.0)
+    assert progress.token_rate == pytest.approx(60.0)
+    assert logged(caplog) == ["model m stage 0: 30/120 requests (25%), 3.0 requests/s, 60 tokens/s, ETA 30s"]
+
+
+def test_a_line_every_interval_and_one_at_the_end(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = FakeClock()
+    with Progress("scoring m", 120, unit="chunks", interval=10, clock=clock, tty=False) as progress:
+        for now, n in [(10, 30), (15, 10), (20, 20), (25, 30), (40, 30)]:
+            clock.now = now
+            progress.update(n)
+    assert logged(caplog) == [
+        "scoring m: 30/120 chunks (25%), 3.0 chunks/s, ETA 30s",  # t=10
+        # t=15: 5 s after the last line, none
+        "scoring m: 60/120 chunks (50%), 3.0 chunks/s, ETA 20s",  # t=20
+        # t=25: none
+        "scoring m: 120/120 chunks (100%), 3.0 chunks/s, ETA 0s",  # t=40
+        "scoring m: done 120/120 chunks in 40s, 3.0 chunks/s",
+    ]
+
+
+def test_a_pass_that_stops_early_says_so_once(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = FakeClock()
+    progress = Progress("p", 120, interval=1000, clock=clock, tty=False)
+    assert progress.line() == "p: 0/120 requests (0%), 0.0 requests/s, ETA ?"
+    clock.now = 125.0
+    progress.update(50)
+    progress.close()
+    progress.close()
+    assert logged(caplog) == ["p: stopped at 50/120 requests in 2m05s, 0.4 requests/s"]
+
+
+def test_on_a_terminal_a_bar_is_drawn_and_the_final_line_logged(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    stream = io.StringIO()
+    with Progress("model m stage 1", 8, tty=True, stream=stream) as progress:
+        for _ in range(4):
+            progress.update(2, tokens=10)
+    assert "model m stage 1" in stream.getvalue() and "8/8" in stream.getvalue()
+    lines = logged(caplog)
+    assert len(lines) == 1 and lines[0].startswith("model m stage 1: done 8/8 requests in ")
+
+
+def test_format_seconds_and_the_interval_setting(monkeypatch):
+    assert [format_seconds(s) for s in (0, 42.4, 60, 245, 3600, 3725)] == ["0s", "42s", "1m00s", "4m05s", "1h00m",
+                                                                            "1h02m"]
+    monkeypatch.delenv(INTERVAL_ENV, raising=False)
+    assert default_interval() == INTERVAL
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    assert Progress("p", 1, tty=False).interval == 0.0
+
+
+PROGRESS_LINE = re.compile(r"model smollm2_135m stage (\d+) on smollm2_135m: (done )?(\d+)/(\d+) requests")
+
+
+@pytest.mark.slow
+def test_a_pipeline_run_logs_engine_progress_to_done_equals_total(tmp_path, mirror_dir):
+    """Guided prompting on 4 ARC rows: 8 requests (guided + general) in batches of 2, a line per batch."""
+    env = dict(os.environ, CONTAMRAY_LOG="INFO", **{INTERVAL_ENV: "0"})
+    env.pop("RAY_ADDRESS", None)
+    args = [
+        sys.executable, "-m", "contamray.run", "+exp=base", "model=[smollm2_135m]", "benchmark=[arc_challenge]",
+        "method=[guided_prompting]", "methods.guided_prompting.max_tokens=8", "corpus=none", "run.limit=4",
+        "ray.num_cpus=2", "ray.request_batch_size=2", f"data.mirror_dir={mirror_dir}", f"hydra.run.dir={tmp_path}",
+    ]
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    lines = [m.groups() for m in PROGRESS_LINE.finditer(log)]
+    running = [int(done) for stage, final, done, total in lines if not final and stage == "0"]
+    finals = [(int(done), int(total)) for stage, final, done, total in lines if final and stage == "0"]
+    assert running == [2, 4, 6, 8]  # one line per batch of 2 (interval 0), done never above total
+    assert finals == [(8, 8)]
+    assert re.search(r"scoring smollm2_135m: done 1/1 chunks", log)
+    assert re.search(r"reducing smollm2_135m: done 1/1 cells", log)
