@@ -75,7 +75,7 @@ def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror
 
     log = finish(start(resumed, mirror_dir))
     assert log.count("reusing finished cell") == len(done_before)
-    recomputed = [line for line in log.splitlines() if "contaminated=" in line and "cell " in line]
+    recomputed = [line for line in log.splitlines() if "decision=" in line and "cell " in line]
     assert len(recomputed) == 8 - len(done_before)
     assert finished_cells(resumed) == finished_cells(reference)
 

@@ -500,7 +500,7 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
                 verdict["truth"] = truth
         store.put_verdict(cell, plan.cell_hash(cell), verdict)
         log.info(
-            "cell %s: %s p=%s rate=%s (%d examples, %d failed)%s%s",
+            "cell %s: decision=%s p=%s rate=%s (%d examples, %d failed)%s%s",
             cell.key, verdict.get("decision"), verdict.get("p_value"), verdict.get("rate"),
             verdict.get("n_examples", 0), verdict.get("n_failed", 0),
             f" ERROR {verdict['error']}" if verdict.get("error") else "",
