@@ -227,6 +227,7 @@ def test_edge_cases_end_to_end_on_the_real_model(base_engine: HFEngine):
     assert verdict.details["n_shards_tested"] == 3
     assert verdict.details["skipped_shards"][0]["shard"] == 3
     assert verdict.n_failed == 1 and verdict.p_value is not None
+    assert verdict.decision == "inconclusive" and "only 3 shard(s) could be tested" in verdict.reason  # < min_shards
 
 
 # ----------------------------------------------------------------------------- reduce
@@ -250,16 +251,89 @@ def test_reduce_is_the_t_test_over_shards_not_examples():
     from contamray.stats.tests import t_test_greater
 
     ds = [3.0, 1.0, 2.5, 0.5, 4.0]
-    verdict = METHOD.reduce(pd.DataFrame(shard_rows(ds)), cfg())
+    verdict = METHOD.reduce(pd.DataFrame(shard_rows(ds)), cfg(num_shards=5))
     expected = t_test_greater(ds)
     assert verdict.p_value == pytest.approx(expected.p_value)
     assert verdict.statistic == pytest.approx(expected.statistic)
     assert verdict.contaminated and verdict.details["n_shards_tested"] == 5 and verdict.n_examples == 10
 
 
-def test_reduce_with_too_few_shards_says_why():
-    verdict = METHOD.reduce(pd.DataFrame(shard_rows([2.0])), cfg())
-    assert verdict.p_value is None and not verdict.contaminated and "at least 2" in verdict.details["reason"]
+def test_reduce_with_too_few_shards_is_inconclusive_and_says_why():
+    verdict = METHOD.reduce(pd.DataFrame(shard_rows([2.0])), cfg(num_shards=5))
+    assert verdict.p_value is None and verdict.decision == "inconclusive"
+    assert "only 1 shard(s) could be tested" in verdict.reason and "min_shards=5" in verdict.reason
+    # four shards, strongly positive: p < 0.01, yet below min_shards - inconclusive, not a decision
+    four = METHOD.reduce(pd.DataFrame(shard_rows([3.0, 2.0, 2.5, 3.5])), cfg(num_shards=4))
+    assert four.p_value < 0.01 and four.decision == "inconclusive" and not four.contaminated
+    assert "num_shards=4 is below min_shards=5" in four.reason and "raise num_shards" in four.reason
+    # three clean-looking shards are not "clean" either
+    flat = METHOD.reduce(pd.DataFrame(shard_rows([-1.0, 0.5, -0.2])), cfg(num_shards=3, min_shards=5))
+    assert flat.decision == "inconclusive" and flat.p_value > 0.05
+
+
+def _fake(records: list[Record], config) -> dict[str, Output]:
+    """Every shard request answered with a likelihood that prefers the canonical order a little."""
+    import zlib
+
+    outputs = {}
+    for req in METHOD.requests(records, config, 0, {}):
+        jitter = 0.01 * (zlib.crc32(req.key.encode()) % 7)
+        logprob = (-1.0 if req.key.endswith("|canon") else -1.5) - jitter
+        outputs[req.key] = Output(key=req.key, token_logprobs=[logprob] * 20, num_tokens=20)
+    return outputs
+
+
+def test_survey_preset_on_twenty_rows_is_inconclusive_not_clean():
+    """Issue #13: the survey preset (15 shards) on the default 20 rows tests 5 two-row shards and skips 10;
+    that is not the configured test, so the verdict is inconclusive whatever the shards say, and the
+    reason names the fix (30 contiguous rows, or fewer shards)."""
+    records = [rec(i) for i in range(20)]
+    config = cfg(permutations_per_shard=5)
+    verdict = METHOD.reduce(pd.DataFrame(METHOD.score(records, _fake(records, config), config)), config)
+    assert verdict.details["n_shards_tested"] == 5 and len(verdict.details["skipped_shards"]) == 10
+    assert verdict.decision == "inconclusive" and not verdict.contaminated
+    assert "10 of the 15 configured shards were not tested" in verdict.reason
+    assert "run.limit >= 30" in verdict.reason and "run.sample=first" in verdict.reason
+    assert "lower num_shards" in verdict.reason
+    fitted = cfg(permutations_per_shard=5, num_shards=5)  # the same rows in 5 shards of 4: a decision
+    decided = METHOD.reduce(pd.DataFrame(METHOD.score(records, _fake(records, fitted), fitted)), fitted)
+    assert decided.decision == "contaminated" and decided.details["n_shards_tested"] == 5
+
+
+def _facts(limit: int | None, sample: str = "first"):
+    from contamray.methods.base import BenchmarkFacts
+
+    return BenchmarkFacts(name="arc", adapter="arc_challenge", config=None, split="test", task="multiple_choice",
+                          has_choices=True, limit=limit, sample=sample)  # fmt: skip
+
+
+def test_plan_warns_when_rows_cannot_fill_the_shards_and_names_the_fix():
+    survey = cfg()
+    (few,) = METHOD.plan_warnings(survey, _facts(20))
+    assert "limit=20" in few and "num_shards=15" in few and "run.limit" in few and ">= 30" in few
+    assert "lower num_shards to 10" in few
+    (sampled,) = METHOD.plan_warnings(survey, _facts(100, "random"))
+    assert "run.sample=first" in sampled and "sample='random'" in sampled
+    assert len(METHOD.plan_warnings(survey, _facts(8, "random"))) == 2
+    (tiny,) = METHOD.plan_warnings(survey, _facts(8))
+    assert "min_shards=5 needs >= 10 rows" in tiny
+    (below,) = METHOD.plan_warnings(cfg(num_shards=4), _facts(100))
+    assert "num_shards=4 is below min_shards=5" in below
+    assert METHOD.plan_warnings(survey, _facts(30)) == [] and METHOD.plan_warnings(survey, _facts(None)) == []
+    assert METHOD.applies.min_rows == 10
+
+
+def test_declared_outputs_name_the_columns_score_writes():
+    records = [rec(i) for i in range(10)]
+    config = cfg(num_shards=5, permutations_per_shard=3)
+    rows = METHOD.score(records, _fake(records, config), config)
+    assert METHOD.outputs.score == "d" and METHOD.outputs.membership is None
+    by_shard = {}
+    for row in rows:
+        by_shard.setdefault(row["shard"], set()).add(row["d"])
+    assert all(len(ds) == 1 and None not in ds for ds in by_shard.values())  # every row carries its shard's d
+    with pytest.raises(ValueError, match="min_shards must be >= 2"):
+        cfg(min_shards=1)
 
 
 def test_reduce_refuses_mixed_partitions():

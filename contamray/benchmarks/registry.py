@@ -1,17 +1,27 @@
 """The benchmark registry: short names -> adapters, in the order a CLI lists them.
 
 Open LLM Leaderboard v1 first (arc_challenge … gsm8k), then the seven datasets of Golchin & Surdeanu's
-"Time Travel in LLMs" (imdb … xsum), then the generated ``synthetic_facts`` (contamray's ground truth).
+"Time Travel in LLMs" (imdb … xsum), then the generated ``synthetic_facts`` (contamray's ground truth)
+and ``synthetic_structured`` (the same facts in a non-exchangeable order, for order-based tests' nulls).
 """
 
 from __future__ import annotations
 
-from contamray.benchmarks import classification, multiple_choice, qa, summarization, synthetic, winogrande
+from contamray.benchmarks import (
+    classification,
+    multiple_choice,
+    qa,
+    summarization,
+    synthetic,
+    synthetic_structured,
+    winogrande,
+)
 from contamray.benchmarks.base import Adapter
 
 _ORDER = (
     "arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "truthfulqa_mc", "winogrande", "gsm8k",
     "imdb", "ag_news", "yelp", "rte", "wnli", "samsum", "xsum", "synthetic_facts",
+    "synthetic_structured",
 )  # fmt: skip
 
 
@@ -26,6 +36,7 @@ _ALL = (
     *classification.ADAPTERS,
     *summarization.ADAPTERS,
     *synthetic.ADAPTERS,
+    *synthetic_structured.ADAPTERS,
 )
 ADAPTERS: dict[str, Adapter] = {a.name: a for a in sorted(_ALL, key=lambda a: _rank(a.name))}
 if not len(ADAPTERS) == len(_ALL) == len(_ORDER):

@@ -1,12 +1,12 @@
 """Null calibration: how often each closed-data partition test flags slices of a benchmark under a model.
 
-``contamray calibrate`` runs every closed-data partition test (the sharded likelihood test, the six
-membership scores, guided prompting's Algorithm 1) on ``--slices`` contiguous slices of ``--size`` rows
-of each benchmark under one model - by default the embedded base model, on ARC-Challenge, HellaSwag,
+``contamray calibrate`` runs every closed-data partition test (the sharded likelihood test, the
+membership scores, guided prompting's Algorithm 1) on ``--slices`` contiguous slices of ``--size`` rows,
+spread evenly over each benchmark's split, under one model - by default the embedded base model, on ARC-Challenge, HellaSwag,
 MMLU and Winogrande - and prints, per method and benchmark, how many slices were flagged,
 found clean, or left inconclusive. The membership scores compare each slice with its own held-out block
-of the same split (disjoint seeded random samples of the rows after the slices), as their ``heldout``
-mode does.
+of the same split (disjoint seeded random samples of the rows outside the slices), as their
+``heldout`` mode does.
 
 On partitions clean by construction (``tests/test_null_calibration.py``) a valid test at alpha flags
 about alpha of the slices. On public benchmarks under a public model the truth is unknown: a flag
@@ -102,22 +102,28 @@ class SharedEngines:
         return method.score(records, outputs, cfg)
 
 
-def slices(records: Sequence[Record], n_slices: int, size: int) -> list[list[Record]]:
-    """``n_slices`` contiguous slices of ``size`` rows from the top, each its own partition name."""
+def slice_starts(n_rows: int, n_slices: int, size: int, spread: bool) -> list[int]:
+    """First rows of the slices: back to back from the top, or spread evenly over the split."""
+    if not spread or n_slices * size >= n_rows:
+        return [k * size for k in range(n_slices) if (k + 1) * size <= n_rows]
+    step = n_rows // n_slices
+    return [k * step for k in range(n_slices)]
+
+
+def slices(records: Sequence[Record], n_slices: int, size: int, spread: bool = False) -> list[list[Record]]:
+    """``n_slices`` contiguous slices of ``size`` rows (``spread``: evenly over the split, else from the
+    top), each its own partition name."""
     out = []
-    for k in range(n_slices):
-        block = records[k * size : (k + 1) * size]
-        if len(block) < size:
-            break
-        name = f":rows{k * size}-{(k + 1) * size - 1}"
-        out.append([dataclasses.replace(r, partition=r.partition + name) for r in block])
+    for start in slice_starts(len(records), n_slices, size, spread):
+        name = f":rows{start}-{start + size - 1}"
+        out.append([dataclasses.replace(r, partition=r.partition + name) for r in records[start : start + size]])
     return out
 
 
-def heldouts(records: Sequence[Record], after: int, n_slices: int, size: int, seed: int) -> list[list[Record]]:
-    """``n_slices`` disjoint seeded random samples of ``size`` rows from those after the first ``after``
-    (the slices): one held-out block per slice, so the slices' tests are independent."""
-    rest = list(records[after:])
+def heldouts(records: Sequence[Record], taken: set[str], n_slices: int, size: int, seed: int) -> list[list[Record]]:
+    """``n_slices`` disjoint seeded random samples of ``size`` rows not in any slice (``taken`` ids): one
+    held-out block per slice, so the slices' tests are independent."""
+    rest = [r for r in records if r.id not in taken]
     order = np.random.default_rng(seed).permutation(len(rest))
     blocks = [sorted(order[k * size : (k + 1) * size]) for k in range(n_slices) if (k + 1) * size <= len(rest)]
     return [[dataclasses.replace(rest[i], partition=f"{rest[i].partition}:heldout{k}") for i in block]
@@ -141,8 +147,8 @@ def calibrate(
     """One row per (benchmark, method, slice): decision, p-value, statistic, reason."""
     rows = []
     for bench, records in benchmarks.items():
-        parts = slices(records, n_slices, size)
-        held = heldouts(records, n_slices * size, len(parts), size, seed)
+        parts = slices(records, n_slices, size, spread=True)
+        held = heldouts(records, {r.id for part in parts for r in part}, len(parts), size, seed)
         for name in methods:
             method = get_method(name)
             cfg = method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in _fields(method) else {})})
@@ -234,8 +240,7 @@ def main(argv: list[str]) -> int:
               f"method(s) {bad} (choices: {', '.join(METHODS)}), or --slices < 1 / --size < 2", file=sys.stderr)
         return 2
     mirror = args.mirror_dir or os.environ.get("CONTAMRAY_MIRROR_DIR")
-    need = 2 * args.slices * args.size  # the slices, then the rows their held-out blocks are drawn from
-    benchmarks = {b: load_records(b, n=need, sample="first", mirror_dir=mirror).records for b in names}
+    benchmarks = {b: load_records(b, mirror_dir=mirror).records for b in names}  # whole splits: slices spread
     spec = EngineSpec(source=args.model, backend="hf", dtype="auto", name="calibrate", batch_size=16)
     engines = SharedEngines({"target": build_engine(spec)})
     started = time.time()
@@ -243,7 +248,7 @@ def main(argv: list[str]) -> int:
     table.to_csv(args.out, index=False)
     note = (
         f"Measured by `contamray calibrate` on {datetime.now():%Y-%m-%d}: model `{args.model}`, {args.slices} "
-        f"contiguous slices of {args.size} rows per benchmark, {(time.time() - started) / 60:.0f} min on "
+        f"contiguous slices of {args.size} rows spread over each split, {(time.time() - started) / 60:.0f} min on "
         f"{os.cpu_count()} CPU cores ({platform.machine()})."
     )
     markdown = render(table, note=note)

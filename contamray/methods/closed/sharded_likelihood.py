@@ -18,7 +18,9 @@ needs no access to the training data:
 4. d_i = canonical_i - mean(shuffled_i); one-sided t-test of mean(d) > 0 across shards
    (``contamray.stats.tests.t_test_greater``). Contaminated when p <= ``alpha``.
 
-Per shard the exact permutation p-value - the rank of the canonical order among its shuffles,
+``outputs``: the plotted per-example score is ``d``, the row's shard's d (every row of a shard carries
+it); there is no per-example membership score (the test decides per partition). Per shard the exact
+permutation p-value - the rank of the canonical order among its shuffles,
 ``(1 + #{shuffled >= canonical}) / (1 + permutations)`` - is reported too.
 
 Two variants (``permute``), both reporting the order-structure diagnosis of
@@ -35,9 +37,67 @@ Two variants (``permute``), both reporting the order-structure diagnosis of
 - ``permute: rows``: Oren et al.'s original (every example a unit, whatever the structure), for
   reproducing the paper (``sharded_likelihood_paper``) and the survey's Table 1 (``sharded_likelihood_oren``).
 
+When the null is not credible the decision is ``inconclusive`` (issue #13), never a silent answer:
+
+- **residual structure**: the permuted units must be exchangeable *inside the shards*. After the units
+  are formed, ``order_structure.residual`` compares the similarity of adjacent units (across unit
+  boundaries, within a shard) with the pairs a shuffle of the same shard puts side by side (one-sided
+  Mann-Whitney at ``RESIDUAL_ALPHA`` = 0.05, stricter than the diagnosis' 0.01 because it guards
+  validity). Under ``permute: groups``, when structure remains, coarser units are tried finest first
+  (runs of one declared topic - MMLU's ``subject``, HellaSwag's ``activity_label`` - and merges of
+  adjacent units above the 0.99 ... 0.8 quantile of random unit pairs; ``detect_structure: false``
+  tries none) and the first without residual structure is permuted; coarser units mean fewer units
+  per shard, which the power check below sees. When none removes it, or under ``permute: rows``
+  when rows show residual structure or declared groups would be split, the verdict is inconclusive
+  with the reason and the diagnosis in ``details``; the t-test's p-value is still reported as evidence.
+  ``allow_structured: true`` decides anyway (with ``details.warning_structure``) - the way to reproduce
+  Oren et al.'s and the survey's decisions on structured benchmarks; the presets keep it false, so
+  on Winogrande or HellaSwag they report the paper's p-value but do not call it a decision.
+- **power**: inconclusive when fewer than ``min_shards`` shards could be tested (default 5, the
+  canary's shard count: a one-sided t-test on 2-4 shard differences has 1-3 degrees of freedom, so
+  only an effect far larger than its spread reaches alpha, and a "clean" from it says nothing), or
+  when more than half of the
+  ``num_shards`` configured were not tested (a shard needs >= 2 units; with the survey's 15 shards
+  on 20 rows only 5 two-row shards are testable). ``plan_warnings`` says so at plan time when
+  ``limit < 2 * num_shards`` (the survey preset needs >= 30 contiguous rows) or ``num_shards <
+  min_shards``, and when ``sample`` is not ``first`` (the test needs neighbouring rows), each naming
+  the fix (``run.limit``, ``num_shards``, ``run.sample=first``).
+
+Calibration (``contamray calibrate --methods sharded_likelihood``, here at 5 permutations per shard;
+base SmolLM2-135M, float32, never fine-tuned, so
+every slice is clean with respect to order; contiguous slices, 5 shards x 5 permutations):
+4 slices of 20 contiguous rows per benchmark, spread evenly over the split, ``permute: groups``,
+alpha 0.05, measured 2026-11-23 on a loaded 2-core machine (2-20 min per benchmark):
+
+=================  ======  =======  ============  =====  ===========  ===========================
+benchmark          slices  flagged  inconclusive  clean  FPR at 0.05  p-values
+=================  ======  =======  ============  =====  ===========  ===========================
+arc_challenge      4       0        0             4      0.00         0.22 0.72 0.91 0.72
+winogrande         4       0        0             4      0.00         0.10 0.22 0.80 0.98
+hellaswag          4       0        0             4      0.00         0.61 0.54 0.54 0.59
+mmlu (all)         4       1        0             3      0.25         0.26 0.30 0.019 0.49
+gsm8k              4       0        0             4      0.00         0.24 0.75 0.35 0.13
+=================  ======  =======  ============  =====  ===========  ===========================
+
+Pooled: 1 of 20 slices flagged (0.05), none inconclusive - consistent with alpha, but 4 slices per benchmark
+bound a per-benchmark rate only loosely (0/4 has a 95 % upper bound of 0.6); the one MMLU
+slice flagged (rows 3254-3273, machine_learning) may be the base model's own pre-training exposure
+to the MMLU file, which the public-benchmark "clean" cannot exclude (only synthetic benchmarks are
+clean by construction). On the same slices the null check (text only) finds the rows not
+exchangeable under ``permute: rows`` in 4/4 Winogrande, 2/4 HellaSwag and 1/4 ARC slices (the
+last is RESIDUAL_ALPHA's 5 % base rate on unstructured rows), so Oren et al.'s variant answers
+``inconclusive`` there instead of risking issue #7's false positives; ``permute: groups`` finds
+every slice credible.
+For tighter numbers: ``contamray calibrate --methods sharded_likelihood --slices 20``; the README holds
+the latest run of every closed-data test.
+
 A calibrated null from a reference model (the same statistic on a model known not to have seen the
 split) is not implemented: group permutations keep the test exact without a second model, and a
 reference model's own order preferences differ from the target's, so the comparison has no exact null.
+
+Parameters: ``num_shards``, ``permutations_per_shard``, ``context_len``, ``stride``, ``fields``, ``format``,
+``alpha``, ``seed``, ``permute``, ``detect_structure`` (see above), ``min_shards`` (default 5) and
+``allow_structured`` (default false).
 
 Presets (``conf/method/``): the paper's (``sharded_likelihood_paper``: 50 shards x 250 permutations,
 ``context_len=2048``, ``stride=1024``; its Table 2 runs use up to 5,000 examples per benchmark) and the
@@ -82,7 +142,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Method, Output, Request, Verdict, register
+from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Outputs, Request, Verdict, register
 from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
 from contamray.methods.closed.likelihood_text import (
     EXAMPLE_END,
@@ -101,12 +161,22 @@ from contamray.methods.closed.likelihood_windows import (
     surely_fits,
     window_requests,
 )
-from contamray.methods.closed.order_structure import OrderStructure, diagnose
+from contamray.methods.closed.order_structure import (
+    RESIDUAL_ALPHA,
+    OrderStructure,
+    Residual,
+    Similarity,
+    Units,
+    coarser_units,
+    diagnose,
+    residual,
+)
 from contamray.records import Record
 from contamray.stats.tests import permutation_p_value, t_test_greater
 
 NAME = "sharded_likelihood"
 MIN_SHARD = 2  # units (rows, or groups of rows) a shard needs to be reordered
+MIN_SHARDS = 5  # default min_shards: tested shards below which the verdict is inconclusive
 PERMUTE = ("groups", "rows")
 VARIANTS = {
     "groups": "group permutations (structure-aware)",
@@ -128,6 +198,8 @@ class Config:
     alpha: float = 0.05
     permute: str = "groups"  # "groups": shuffle declared/detected groups as units; "rows": Oren et al.'s original
     detect_structure: bool = True  # also find groups from the data (adjacent-pair similarity)
+    min_shards: int = MIN_SHARDS  # fewer tested shards (or more than half of num_shards untested): inconclusive
+    allow_structured: bool = False  # decide even when the permuted units are not exchangeable (reproduce Oren)
 
     def __post_init__(self) -> None:
         where = f"methods.{NAME}"
@@ -150,6 +222,8 @@ class Config:
             )
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"{where}.alpha must be in (0, 1), got {self.alpha}")
+        if self.min_shards < 2:
+            raise ValueError(f"{where}.min_shards must be >= 2 (the t-test needs 2 shards), got {self.min_shards}")
 
 
 # ----------------------------------------------------------------------------- layout
@@ -218,13 +292,102 @@ def shard_counts(n: int, num_shards: int) -> list[int]:
     return [n // num_shards + (1 if i < n % num_shards else 0) for i in range(num_shards)]
 
 
+def chunk_units(units: Units, num_shards: int) -> list[Units]:
+    """The units of each shard (contiguous, ``shard_counts`` units each; empty shards kept as [])."""
+    out, start = [], 0
+    for count in shard_counts(len(units), num_shards):
+        out.append(units[start : start + count])
+        start += count
+    return out
+
+
+@dataclass
+class UnitChoice:
+    """The units a partition's shards permute, where they come from, and whether the null is credible.
+
+    ``credible``: the residual check found no structure between adjacent units inside the shards, and
+    (``permute: rows``) no declared groups are split by row permutations.
+    """
+
+    units: Units
+    source: str
+    residual: Residual
+    credible: bool
+    tried: list[dict[str, Any]]
+    problem: str = ""  # why the null is not credible (empty when credible)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "units_from": self.source,
+            "n_permuted_units": len(self.units),
+            **self.residual.to_dict(),
+            "null_credible": self.credible,
+            "units_tried": self.tried,
+            "null_problem": self.problem,
+        }
+
+
+def _tried(label: str, units: Units, res: Residual, cfg: Config) -> dict[str, Any]:
+    testable = sum(len(c) >= MIN_SHARD for c in chunk_units(units, cfg.num_shards))
+    return {"units": label, "n_units": len(units), "testable_shards": testable, "residual_p_value": res.p_value}
+
+
+def choose_units(structure: OrderStructure, rows: Sequence[Record], texts: Sequence[str], cfg: Config) -> UnitChoice:
+    """The units to permute: rows (``permute: rows``) or the finest grouping without residual structure.
+
+    ``permute: groups``: the diagnosis' units (declared + detected groups), else the first of
+    ``coarser_units`` (finest first) whose shards show no residual structure; when none does, the
+    diagnosis' units with ``credible=False``. ``permute: rows``: rows, credible when the rows inside the
+    shards show no residual structure and no declared group is split.
+    """
+    sim = Similarity(texts)
+
+    def check(units: Units) -> Residual:
+        return residual([c for c in chunk_units(units, cfg.num_shards) if len(c) >= MIN_SHARD], sim, cfg.seed)
+
+    if cfg.permute == "rows":
+        rows_units = [[i] for i in range(len(rows))]
+        res = check(rows_units)
+        problems = []
+        if structure.declared_groups:
+            problems.append(f"{structure.declared_groups} declared group(s) are split by row permutations")
+        if res.found:
+            problems.append(_residual_text(res, "adjacent rows"))
+        return UnitChoice(rows_units, "rows", res, not problems, [_tried("rows", rows_units, res, cfg)],
+                          "; ".join(problems))  # fmt: skip
+    base = "declared + detected groups" if structure.declared_groups or structure.detected_links else "rows"
+    res = check(structure.units)
+    tried = [_tried(base, structure.units, res, cfg)]
+    if not res.found:
+        return UnitChoice(structure.units, base, res, True, tried)
+    for label, units in coarser_units(structure.units, rows, sim, cfg.seed) if cfg.detect_structure else []:
+        candidate = check(units)
+        tried.append(_tried(label, units, candidate, cfg))
+        if candidate.p_value is not None and not candidate.found:  # testable (>= 2 units in some shards) and clean
+            return UnitChoice(units, label, candidate, True, tried)
+    problem = (
+        f"{_residual_text(res, 'adjacent units (' + base + ')')}, and none of the {len(tried) - 1} coarser "
+        f"grouping(s) tried (declared topics, similarity merges) removed it with >= {MIN_SHARD} units in a shard"
+        + ("" if cfg.detect_structure else " (detect_structure=false: no grouping from the data was tried)")
+    )
+    return UnitChoice(structure.units, base, res, False, tried, problem)
+
+
+def _residual_text(res: Residual, what: str) -> str:
+    return (
+        f"{what} are more alike than the pairs a shuffle puts side by side (similarity {res.boundary_similarity:.3f} "
+        f"vs {res.shuffled_similarity:.3f}, p={res.p_value:.2g} <= {RESIDUAL_ALPHA})"
+    )
+
+
 @dataclass
 class Layout:
-    """The shards of every partition, the empty records, and each partition's order structure."""
+    """The shards of every partition, the empty records, each partition's order structure and units."""
 
     shards: list[Shard]
     empty: list[Record]
     structure: dict[str, OrderStructure]
+    units: dict[str, UnitChoice] = field(default_factory=dict)
 
 
 def layout(records: Sequence[Record], cfg: Config) -> Layout:
@@ -240,22 +403,21 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
         texts = [serialise(r, cfg.fields, cfg.format) + EXAMPLE_END[cfg.format] for r in usable]
         structure = diagnose(usable, texts, cfg.seed, detect=cfg.detect_structure)
         out.structure[partition] = structure
-        units = structure.units if cfg.permute == "groups" else [[i] for i in range(len(usable))]
-        start = 0
-        for i, count in enumerate(shard_counts(len(units), cfg.num_shards)):
-            chunk_units = units[start : start + count]
-            start += count
-            if not chunk_units:
+        choice = choose_units(structure, usable, texts, cfg)
+        out.units[partition] = choice
+        units = choice.units
+        for i, shard_units in enumerate(chunk_units(units, cfg.num_shards)):
+            if not shard_units:
                 continue
-            first = chunk_units[0][0]
-            rows_idx = [j for unit in chunk_units for j in unit]
+            first = shard_units[0][0]
+            rows_idx = [j for unit in shard_units for j in unit]
             shard = Shard(
                 partition, i, [usable[j] for j in rows_idx], [texts[j] for j in rows_idx], cfg.context_len,
-                units=[[j - first for j in unit] for unit in chunk_units],
+                units=[[j - first for j in unit] for unit in shard_units],
             )  # fmt: skip
-            if len(chunk_units) < MIN_SHARD:
+            if len(shard_units) < MIN_SHARD:
                 shard.skip_reason = (
-                    f"shard {i} of {partition!r} holds {len(chunk_units)} unit(s) ({len(units)} units of "
+                    f"shard {i} of {partition!r} holds {len(shard_units)} unit(s) ({len(units)} units of "
                     f"{len(usable)} usable examples in {cfg.num_shards} shards, permute={cfg.permute}); a shard "
                     f"needs at least {MIN_SHARD} to be reordered - lower num_shards or score more rows"
                 )
@@ -294,6 +456,39 @@ class ShardedLikelihood(Method):
     Config = Config
     engine_roles = ("target",)
     score_scope = "partition"
+    outputs = Outputs(
+        score="d", score_label="shard d: canonical minus mean shuffled log-likelihood (nats; the row's shard)"
+    )
+    applies = Applies(min_rows=MIN_SHARD * MIN_SHARDS)
+
+    def plan_warnings(self, cfg: Config, bench: BenchmarkFacts) -> list[str]:
+        """Too few rows for ``num_shards`` shards of >= 2 units, or rows that are not a contiguous block."""
+        warnings: list[str] = []
+        need = MIN_SHARD * cfg.num_shards
+        if cfg.num_shards < cfg.min_shards:
+            warnings.append(
+                f"{self.name} on {bench.name}: num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}, so "
+                f"the verdict will be inconclusive - raise num_shards to >= {cfg.min_shards} (with run.limit >= "
+                f"{MIN_SHARD * cfg.min_shards}) or lower min_shards"
+            )
+        elif bench.limit is not None and bench.limit < need:
+            fit = bench.limit // MIN_SHARD
+            lower = (
+                f", or lower num_shards to {fit}" if fit >= cfg.min_shards else f" (min_shards={cfg.min_shards} "
+                f"needs >= {MIN_SHARD * cfg.min_shards} rows even with num_shards={cfg.min_shards})"
+            )
+            warnings.append(
+                f"{self.name} on {bench.name}: limit={bench.limit} rows cannot fill num_shards={cfg.num_shards} shards "
+                f"of >= {MIN_SHARD} rows (needs >= {need} contiguous rows); shards will be skipped and the verdict "
+                f"inconclusive - raise run.limit (benchmarks.{bench.name}.limit) to >= {need}{lower}"
+            )
+        if bench.limit is not None and bench.sample != "first":
+            warnings.append(
+                f"{self.name} on {bench.name}: sample={bench.sample!r} takes rows with gaps in the canonical order; "
+                "the test compares orders of neighbouring rows and is far weaker on a sample - set run.sample=first "
+                f"(benchmarks.{bench.name}.sample=first) for a contiguous block"
+            )
+        return warnings
 
     # -- requests
 
@@ -338,8 +533,10 @@ class ShardedLikelihood(Method):
             rows += self._score_shard(shard, got, cfg)
         for row in rows:
             structure = laid.structure.get(row["partition"])
+            choice = laid.units.get(row["partition"])
             row["variant"] = VARIANTS[cfg.permute]
-            row["order_structure"] = json.dumps(structure.to_dict()) if structure else ""
+            diagnosis = {**structure.to_dict(), **choice.to_dict()} if structure and choice else {}
+            row["order_structure"] = json.dumps(diagnosis) if diagnosis else ""
         return rows
 
     def _row(self, record: Record, shard: Shard | None, error: str = "", status: str = "", **values: Any) -> dict:
@@ -464,7 +661,6 @@ class ShardedLikelihood(Method):
             "test": "one-sided t-test of mean(d) > 0 over shards, d = canonical - mean(shuffled)",
             "variant": variant,
             "order_structure": structure,
-            "summary": f"{variant}; order: {structure['summary']}" if structure else variant,
             "alpha": cfg.alpha,
             "num_shards": cfg.num_shards,
             "permutations_per_shard": cfg.permutations_per_shard,
@@ -490,21 +686,16 @@ class ShardedLikelihood(Method):
                 "block (the authors use the first rows); prefer a contiguous range of rows"
             )
         statistic, p_value, contaminated = math.nan, None, False
-        if structure and structure.get("structured") and cfg.permute == "rows":
-            details["warning_structure"] = (
-                "the canonical order has structure (see order_structure) and rows were permuted: the test's "
-                "exchangeability assumption fails and its p-value can flag a clean model; use permute=groups"
-            )
         if len(ds) >= 2:
             res = t_test_greater(ds)
             statistic, p_value = res.statistic, res.p_value
             contaminated = p_value <= cfg.alpha
             details["t_sd"] = res.detail["sd"]
-        else:
-            details["reason"] = (
-                f"{len(ds)} shard(s) could be tested; the t-test needs at least 2 (see skipped_shards and errors)"
-            )
-        return Verdict(
+        problems = _power_problems(len(ds), len(skipped), cfg) + _null_problems(structure, cfg, details)
+        if problems:
+            details["inconclusive_reasons"] = problems
+        details["summary"] = _summary(variant, structure, problems)
+        verdict = Verdict(
             method=NAME,
             partition=partitions[0] if partitions else "",
             statistic=float(statistic),
@@ -515,3 +706,76 @@ class ShardedLikelihood(Method):
             n_failed=len(failed),
             details=details,
         )
+        return verdict.make_inconclusive("; ".join(problems)) if problems else verdict
+
+
+def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
+    """Why the shards tested cannot carry a decision: fewer than ``min_shards``, or most shards untested."""
+    fix = _power_fix(cfg)
+    if tested < cfg.min_shards:
+        return [
+            f"only {tested} shard(s) could be tested ({skipped} skipped of num_shards={cfg.num_shards}; see "
+            f"skipped_shards and errors); the test needs >= min_shards={cfg.min_shards} - {fix}"
+        ]
+    untested = cfg.num_shards - tested
+    if untested > cfg.num_shards / 2:
+        return [
+            f"{untested} of the {cfg.num_shards} configured shards were not tested ({skipped} skipped: fewer than "
+            f"{MIN_SHARD} units); a test on the rest is not the configured one - {fix}"
+        ]
+    return []
+
+
+def _power_fix(cfg: Config) -> str:
+    if cfg.num_shards < cfg.min_shards:
+        return (
+            f"num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}: raise num_shards to "
+            f">= {cfg.min_shards} (with run.limit >= {MIN_SHARD * cfg.min_shards} contiguous rows, run.sample=first) "
+            "or lower min_shards"
+        )
+    return (
+        f"score more contiguous rows (run.limit >= {MIN_SHARD * cfg.num_shards} with run.sample=first) or lower "
+        f"num_shards (to no less than min_shards={cfg.min_shards})"
+    )
+
+
+def _null_problems(structure: dict[str, Any] | None, cfg: Config, details: dict[str, Any]) -> list[str]:
+    """Why the permutation null is not credible (see ``choose_units``); none under ``allow_structured``."""
+    if not structure:
+        return []
+    if structure.get("null_credible", True):
+        if structure.get("structured") and cfg.permute == "rows":
+            details["warning_structure"] = (
+                "the canonical order is structured (see order_structure) and rows were permuted; inside the shards "
+                "the rows show no residual structure, so the null holds at this shard size, but permute=groups is safer"
+            )
+        return []
+    problem = structure.get("null_problem") or "the permuted units are not exchangeable"
+    if cfg.permute == "rows":
+        fix = "use permute=groups (the structure-aware default), or allow_structured=true to reproduce Oren et al."
+    else:
+        fix = (
+            "the structure cannot be permuted away at this size: score a block without it (e.g. one MMLU subject), "
+            "more rows per shard (fewer num_shards), or allow_structured=true to decide anyway"
+        )
+    text = f"the permutation null is not credible: {problem} ({structure.get('summary', '')}); {fix}"
+    if cfg.allow_structured:
+        details["warning_structure"] = f"decided although {text} (allow_structured=true)"
+        return []
+    return [text]
+
+
+def _summary(variant: str, structure: dict[str, Any] | None, problems: list[str]) -> str:
+    """One line: the variant, the order diagnosis, the units permuted and the first warning."""
+    parts = [variant]
+    if structure:
+        parts.append(f"order: {structure['summary']}")
+        if structure.get("units_from"):
+            res = structure.get("residual_p_value")
+            parts.append(
+                f"units: {structure['units_from']} ({structure.get('n_permuted_units')}), residual structure "
+                + (f"p={res:.2g}" if res is not None else "not testable")
+            )
+    if problems:
+        parts.append(f"inconclusive: {problems[0]}")
+    return "; ".join(parts)
