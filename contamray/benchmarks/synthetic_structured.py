@@ -29,11 +29,12 @@ name appears in one block of a partition only. Generated in-process: no hub, no 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from typing import Any
 
-from contamray.benchmarks.base import Adapter, RowContext, append
+from contamray.benchmarks.base import Adapter, RowContext
 from contamray.benchmarks.synthetic import (
     _COLOURS,
     _INSTRUMENTS,
@@ -45,6 +46,7 @@ from contamray.benchmarks.synthetic import (
     _number,
     pseudo_word,
 )
+from contamray.benchmarks.synthetic import convert as facts_convert
 from contamray.records import Record
 
 NAME = "synthetic_structured"
@@ -243,26 +245,11 @@ def generate(config: str, split: str) -> list[dict[str, Any]]:
 
 def convert(ctx: RowContext) -> Record:
     """A row as ``synthetic_facts`` makes it, plus the declared twin group (Winogrande's ``group``/``twin``)."""
-    question = ctx.text("question")
-    sentence = ctx.text("answer_sentence")
+    record = facts_convert(ctx)
     twin = str(ctx.row.get("twin") or "")
     own = ctx.row_id
     group = min(own, twin, key=lambda rid: int(rid.rsplit("#", 1)[1])) if twin else own
-    return ctx.record(
-        input=question,
-        label=sentence,
-        reference=question,
-        prefix="",
-        answer=ctx.text("answer"),
-        verbalized=append(question, sentence),
-        meta={
-            "entity": ctx.text("entity"),
-            "kind": ctx.text("kind"),
-            "attribute": ctx.text("attribute"),
-            "group": group,
-            "twin": twin,
-        },
-    )
+    return dataclasses.replace(record, meta={**record.meta, "group": group, "twin": twin})
 
 
 ADAPTERS = (
