@@ -247,9 +247,9 @@ def main(argv: list[str]) -> int:
     table = calibrate(benchmarks, engines, methods, args.slices, args.size, args.seed)
     table.to_csv(args.out, index=False)
     note = (
-        f"Measured by `contamray calibrate` on {datetime.now():%Y-%m-%d}: model `{args.model}`, {args.slices} "
-        f"contiguous slices of {args.size} rows spread over each split, {(time.time() - started) / 60:.0f} min on "
-        f"{os.cpu_count()} CPU cores ({platform.machine()})."
+        f"Measured by `contamray calibrate --slices {args.slices}` on {datetime.now():%Y-%m-%d}: model "
+        f"`{args.model}`, {args.slices} contiguous slices of {args.size} rows spread over each split,\n"
+        f"{(time.time() - started) / 60:.0f} min on {os.cpu_count()} CPU cores ({platform.machine()})."
     )
     markdown = render(table, note=note)
     print(markdown)
