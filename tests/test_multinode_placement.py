@@ -32,6 +32,7 @@ def test_engine_actors_on_gpu_nodes_scoring_actors_on_cpu_nodes(cluster, tmp_pat
         "method=[guided_prompting]", "corpus=none", "benchmark=[arc_challenge]", "run.limit=4",
         f"data.mirror_dir={mirror_dir}", "models.smollm2_135m.num_gpus=1", "models.smollm2_135m.backend=hf",
         "methods.guided_prompting.max_tokens=8", "methods.guided_prompting.judge=true",
+        "methods.guided_prompting.self_judge=true",
     )
     cfg.run.output_dir = str(tmp_path / "run")
     run(cfg)
