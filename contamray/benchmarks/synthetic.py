@@ -156,12 +156,17 @@ def _entity_name(rng: random.Random, kind: str) -> str:
     return pseudo_word(rng, rng.randint(2, 3))
 
 
+def check_partition(name: str, config: str, split: str) -> None:
+    """A generated benchmark's config and split must be among ``CONFIGS`` / ``SPLITS``; the error names them."""
+    if config not in CONFIGS:
+        raise ValueError(f"{name} has no config {config!r}; use one of: {', '.join(CONFIGS)}")
+    if split not in SPLITS:
+        raise ValueError(f"{name} has no split {split!r}; use one of: {', '.join(SPLITS)}")
+
+
 def generate_rows(config: str, split: str, n_rows: int = ROWS_PER_SPLIT) -> list[dict[str, Any]]:
     """The rows of one partition, in canonical order (deterministic for (config, split))."""
-    if config not in CONFIGS:
-        raise ValueError(f"synthetic_facts has no config {config!r}; use one of: {', '.join(CONFIGS)}")
-    if split not in SPLITS:
-        raise ValueError(f"synthetic_facts has no split {split!r}; use one of: {', '.join(SPLITS)}")
+    check_partition("synthetic_facts", config, split)
     rng = random.Random(f"synthetic_facts|v{GENERATOR_VERSION}|{config}|{split}")
     rows: list[dict[str, Any]] = []
     used: set[str] = set()

@@ -44,6 +44,7 @@ from contamray.benchmarks.synthetic import (
     SPLITS,
     _entity_name,
     _number,
+    check_partition,
     pseudo_word,
 )
 from contamray.benchmarks.synthetic import convert as facts_convert
@@ -191,10 +192,7 @@ def _name(rng: random.Random, kind: str, used: set[str]) -> str:
 
 def generate_rows(config: str, split: str, n_rows: int = ROWS_PER_SPLIT) -> list[dict[str, Any]]:
     """The rows of one partition in canonical order (deterministic for (config, split)); see the module doc."""
-    if config not in CONFIGS:
-        raise ValueError(f"{NAME} has no config {config!r}; use one of: {', '.join(CONFIGS)}")
-    if split not in SPLITS:
-        raise ValueError(f"{NAME} has no split {split!r}; use one of: {', '.join(SPLITS)}")
+    check_partition(NAME, config, split)
     rng = random.Random(f"{NAME}|v{GENERATOR_VERSION}|{config}|{split}")
     rows: list[dict[str, Any]] = []
     used: set[str] = set()
