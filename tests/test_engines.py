@@ -458,13 +458,13 @@ def test_engine_costs_put_the_truncation_on_each_example() -> None:
     costs = EngineCosts()
     request_records = {"cell": {"a": ("r1",), "b": ("r1",), "shard": ("r2", "r3")}, "other": {"a": ("r1",)}}
     answered = [
-        ("cell", Output(key="a", num_tokens=10, truncated=3)),
-        ("cell", Output(key="b", num_tokens=10, truncated=2)),
-        ("cell", Output(key="shard", num_tokens=20, truncated=4)),
-        ("other", Output(key="a", num_tokens=10, truncated=7)),
+        ("cell", Output(key="a", num_tokens=10, truncated=3), 1),
+        ("cell", Output(key="b", num_tokens=10, truncated=2), 1),
+        ("cell", Output(key="shard", num_tokens=20, truncated=4), 1),
+        ("other", Output(key="a", num_tokens=10, truncated=7), 1),
     ]
     costs.add_pass(answered, request_records, seconds=1.0)
-    costs.add_pass([("cell", Output(key="a", num_tokens=10, truncated=1))], request_records, seconds=1.0)
+    costs.add_pass([("cell", Output(key="a", num_tokens=10, truncated=1), 1)], request_records, seconds=1.0)
     table = pd.DataFrame({"record_id": ["r1", "r2", "r3", "r4"]})
     costs.add_columns("cell", table)
     assert table["truncated_tokens"].tolist() == [6, 4, 4, 0] and table["truncated_tokens"].dtype == "int64"

@@ -1,4 +1,4 @@
-"""The membership scores' partition tests hold their null on partitions clean by construction (issue #13).
+"""Every closed-data partition test holds its null on partitions clean by construction (issue #13).
 
 The model: the embedded SmolLM2-135M fine-tuned on *other* partitions (``contaminated_model``: 40
 ARC-Challenge rows in canonical order; shared with the likelihood tests, so the fine-tune is paid once).
@@ -7,13 +7,17 @@ has seen - 10 of ``synthetic_facts`` and 10 of ``synthetic_structured``, whose c
 Winogrande-like adjacent twins and HellaSwag-like topical runs. Each test's null holds on all of them
 by construction (the model never saw them; membership scores are compared with a held-out draw of the
 same generator, one held-out slice per slice, so the 20 tests are independent), so at alpha = 0.05 a
-valid test flags about 1 of 20 (P(>= 3 of 20) = 0.075): each method may flag at most 2.
+valid test flags about 1 of 20 (P(>= 3 of 20) = 0.075): the issue's bar is at most 2.
 Inconclusive answers are allowed (a test may decline a null it cannot credit - e.g. the sharded test
-on structure it cannot remove), but on the unstructured synthetic slices the tests must decide, or the
-check would be empty. Alongside, the injected partition (the fine-tuned ARC slice) is still flagged by
-every membership score. Measured: Min-K%++ 0 of 20 flagged, Min-K% 1, perplexity 1, zlib 2, lowercase 3,
-reference ratio 1. (The same check for the sharded test and guided prompting is not in this file yet: its
-first run on the final code did not finish in the session that wrote it; `contamray calibrate` runs them.)
+on structure it cannot remove), but the tests must decide on most slices, or the check would be empty.
+Alongside, the injected partition (the fine-tuned ARC slice) is still flagged by every likelihood test.
+
+Measured (2026-11-23): Min-K%++ 0 of 20 flagged, Min-K% 1, perplexity 1, zlib 2, lowercase 3, reference
+ratio 1 (each membership score may flag 3 here, their mean at most 2 - see ``MAX_FLAGS_ONE``); the
+sharded test with Student's t (the paper's p) flagged 3 (p = 0.017, 0.017, 0.046), with the exact
+permutation p (the default since) see ``test_sharded_likelihood_holds_its_null_on_clean_slices``;
+guided prompting's Algorithm 1 (exact sign flip) on the paper's 10 instances flagged 2, 14 inconclusive
+(fewer than 5 instances whose guided and general completions differ), hence the whole 20-row slices here.
 
 Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
 zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.
@@ -95,3 +99,37 @@ def test_membership_scores_hold_their_null_on_clean_slices(engines, clean_slices
         unseen = engines.run(method, contaminated_model.unseen, cfg)
         verdict = decide(method, cfg, seen, unseen)
         assert verdict.decision == "contaminated", (name, verdict.p_value, verdict.details.get("summary"))
+
+
+def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices, contaminated_model):
+    """The default test (groups as units, the t statistic's exact permutation p); 5 shards x 5 shuffles
+    of 4 rows (smallest p 6^-5), the same test as the canary's at half its shuffles."""
+    method = get_method("sharded_likelihood")
+    cfg = method.make_config({"num_shards": 5, "permutations_per_shard": 5})
+    verdicts = {
+        adapter: [decide(method, cfg, engines.run(method, part, cfg)) for part in parts]
+        for adapter, parts in clean_slices.items()
+    }
+    counts = {adapter: _decisions(v) for adapter, v in verdicts.items()}
+    print("sharded likelihood on clean slices:", counts)
+    print({a: [(v.decision, round(v.p_value, 3)) for v in vs] for a, vs in verdicts.items()})
+    assert sum(c["contaminated"] for c in counts.values()) <= MAX_FLAGS, counts
+    assert counts["synthetic_facts"]["clean"] >= N_SLICES - MAX_FLAGS, counts  # no structure there: it decides
+    seen_cfg = method.make_config({
+        "num_shards": contaminated_model.num_shards, "permutations_per_shard": 5,
+        "fields": list(contaminated_model.fields), "format": contaminated_model.format,
+    })  # fmt: skip
+    seen = decide(method, seen_cfg, engines.run(method, contaminated_model.seen, seen_cfg))
+    assert seen.decision == "contaminated", (seen.p_value, seen.details.get("summary"))
+
+
+def test_guided_prompting_holds_its_null_on_clean_slices(engines, clean_slices):
+    """Algorithm 1 (exact sign flip on ROUGE-L guided - general) on the 20 slices of 20 instances."""
+    method = get_method("guided_prompting")
+    cfg = method.make_config({"max_tokens": 12, "seed": 0})
+    parts = [part for adapter_parts in clean_slices.values() for part in adapter_parts]
+    verdicts = [decide(method, cfg, engines.run(method, part, cfg)) for part in parts]
+    count = _decisions(verdicts)
+    print("guided prompting (Algorithm 1) on 20 clean slices:", count, [round(v.p_value, 3) for v in verdicts])
+    assert count["contaminated"] <= MAX_FLAGS, count
+    assert count["clean"] >= N_SLICES, count  # most slices decide

@@ -32,6 +32,7 @@ import pandas as pd
 import ray
 
 from contamray.corpus.fingerprint import corpus_fingerprint
+from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import ERROR, NOT_APPLICABLE
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
@@ -203,9 +204,12 @@ def _score_closed_model(
                 log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
                 started = time.perf_counter()
                 label = f"model {model_name} stage {stage} on {pool_name}"
-                answered = engines.get(pools[pool_name]).answer(items, label=label)
+                work = Dedup(items)  # identical requests of different cells are answered once
+                if work.saved:
+                    log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
+                answered = work.expand(engines.get(pools[pool_name]).answer(work.unique, label=label))
                 costs.add_pass(answered, request_records, time.perf_counter() - started)
-                for cell_key, out in answered:
+                for cell_key, out, _ in answered:
                     outputs[cell_key][out.key] = out
             active = still_active
             stage += 1
@@ -332,9 +336,12 @@ def _judge_open_cells(
         for pool_name, pool_items in items.items():
             log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
             started = time.perf_counter()
-            answered = engines.get(pools[pool_name]).answer(pool_items, label=f"open-data judge on {pool_name}")
+            work = Dedup(pool_items)
+            answered = work.expand(
+                engines.get(pools[pool_name]).answer(work.unique, label=f"open-data judge on {pool_name}")
+            )
             costs.add_pass(answered, request_records, time.perf_counter() - started)
-            for cell_key, out in answered:
+            for cell_key, out, _ in answered:
                 judged[cell_key].append(out)
     return judged
 
@@ -396,7 +403,8 @@ def _models_of(cells: list[Cell]) -> str:
 def _ready_to_reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> list[Cell]:
     """Unreduced cells that ``cells`` just made reducible (scored, with every dependency scored)."""
     return [
-        c for c in plan.cells
+        c
+        for c in plan.cells
         if not store.has(plan.cell_hash(c))
         and store.has_examples(plan.cell_hash(c))
         and all(store.has_examples(plan.cell_hash(d)) for d in plan.dependencies(c))
@@ -427,14 +435,19 @@ class EngineCosts:
         self.truncated: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def add_pass(
-        self, answered: list[tuple[str, Output]], request_records: dict[str, dict[str, tuple[str, ...]]], seconds: float
+        self,
+        answered: list[tuple[str, Output, int]],
+        request_records: dict[str, dict[str, tuple[str, ...]]],
+        seconds: float,
     ) -> None:
-        total = sum(max(out.num_tokens, 1) for _, out in answered) or 1
-        for cell_key, out in answered:
+        """``answered``: (cell key, Output, how many requests of the pass it answered - ``Dedup.expand``);
+        an answer shared by k requests charges each a k-th of its tokens and seconds."""
+        total = sum(max(out.num_tokens, 1) / shares for _, out, shares in answered) or 1
+        for cell_key, out, shares in answered:
             ids = request_records.get(cell_key, {}).get(out.key) or ()
             for rid in ids:
-                self.tokens[cell_key][rid] += out.num_tokens / len(ids)
-                self.seconds[cell_key][rid] += seconds * max(out.num_tokens, 1) / total / len(ids)
+                self.tokens[cell_key][rid] += out.num_tokens / shares / len(ids)
+                self.seconds[cell_key][rid] += seconds * max(out.num_tokens, 1) / shares / total / len(ids)
                 self.truncated[cell_key][rid] += int(out.truncated)
 
     def add_shared(self, cell_key: str, record_ids: list[str], seconds: float) -> None:
@@ -501,8 +514,12 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
         store.put_verdict(cell, plan.cell_hash(cell), verdict)
         log.info(
             "cell %s: decision=%s p=%s rate=%s (%d examples, %d failed)%s%s",
-            cell.key, verdict.get("decision"), verdict.get("p_value"), verdict.get("rate"),
-            verdict.get("n_examples", 0), verdict.get("n_failed", 0),
+            cell.key,
+            verdict.get("decision"),
+            verdict.get("p_value"),
+            verdict.get("rate"),
+            verdict.get("n_examples", 0),
+            verdict.get("n_failed", 0),
             f" ERROR {verdict['error']}" if verdict.get("error") else "",
             f" ({verdict['reason']})" if verdict.get("reason") else "",
         )
@@ -517,9 +534,7 @@ def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:
     ref = mp.method.reference_benchmark(cfg, cell.benchmark)
     if ref:
         reference = store.load_examples(plan.cell_hash(Cell(cell.model, ref, cell.method, cell.family)))
-        own = pd.concat(
-            [own.assign(is_reference=False), reference.assign(is_reference=True)], ignore_index=True
-        )
+        own = pd.concat([own.assign(is_reference=False), reference.assign(is_reference=True)], ignore_index=True)
     source = mp.method.contamination_source(cfg)
     if source:
         labels = store.load_examples(plan.cell_hash(Cell(plan.corpus_label, cell.benchmark, source, "open")))
@@ -546,9 +561,18 @@ def _reduce_cell(method_name: str, label: str, params: dict[str, Any], table: pd
     except Exception as err:  # noqa: BLE001 - a cell that cannot be reduced is reported, not fatal
         n_failed = int((own["error"] != "").sum()) if len(own) else 0
         verdict = {
-            "method": method_name, "partition": partition, "statistic": float("nan"), "contaminated": False,
-            "p_value": None, "rate": None, "n_examples": len(own), "n_failed": n_failed, "details": {},
-            "decision": ERROR, "reason": "", "error": f"reduce failed: {type(err).__name__}: {err}",
+            "method": method_name,
+            "partition": partition,
+            "statistic": float("nan"),
+            "contaminated": False,
+            "p_value": None,
+            "rate": None,
+            "n_examples": len(own),
+            "n_failed": n_failed,
+            "details": {},
+            "decision": ERROR,
+            "reason": "",
+            "error": f"reduce failed: {type(err).__name__}: {err}",
         }
     verdict["method_name"] = method_name
     verdict["method"] = label

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from contamray.engines.dedup import Dedup, content_key
 from contamray.methods.base import Method, Output, Request, Verdict, get_method
 from contamray.records import Record
 
@@ -65,30 +66,20 @@ class SharedEngines:
         self.engines = engines
         self.cache: dict[tuple, Output] = {}
 
-    @staticmethod
-    def _content(r: Request, vocab_stats: bool | None = None) -> tuple:
-        options = r.sampling if r.kind == "generate" else (r.vocab_stats if vocab_stats is None else vocab_stats)
-        return (r.engine, r.kind, r.text, options, r.chat)
-
     def _cached(self, r: Request) -> Output | None:
-        found = self.cache.get(self._content(r))
-        if found is None and r.kind == "score" and not r.vocab_stats:
-            found = self.cache.get(self._content(r, vocab_stats=True))
+        found = self.cache.get((r.engine, content_key(r)))
+        if found is not None and r.vocab_stats and not found.token_mean and not found.error:
+            return None  # answered before without the vocabulary statistics this request needs
         return found
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Output]:
         from contamray.pipeline.actors import answer_requests
 
-        todo: dict[tuple, Request] = {}
-        for r in requests:
-            if self._cached(r) is None:
-                todo.setdefault(self._content(r), r)
-        by_engine: dict[str, list[tuple[tuple, Request]]] = {}
-        for key, r in todo.items():
-            by_engine.setdefault(r.engine, []).append((key, r))
-        for role, pairs in by_engine.items():
-            outs = answer_requests(self.engines[role], [r for _, r in pairs])
-            self.cache.update({key: out for (key, _), out in zip(pairs, outs, strict=True)})
+        todo = [r for r in requests if self._cached(r) is None]
+        for role in dict.fromkeys(r.engine for r in todo):
+            work = Dedup([(role, r) for r in todo if r.engine == role])
+            outs = answer_requests(self.engines[role], [r for _, r in work.unique])
+            self.cache.update({(role, content_key(r)): out for (_, r), out in zip(work.unique, outs, strict=True)})
         return {r.key: dataclasses.replace(self._cached(r), key=r.key) for r in requests}  # type: ignore[arg-type]
 
     def run(self, method: Method, records: list[Record], cfg: Any) -> list[dict[str, Any]]:

@@ -15,8 +15,19 @@ needs no access to the training data:
    ``permutations_per_shard`` random shuffles of it. Shards longer than ``context_len`` tokens are
    scored with a sliding window that advances by ``stride`` tokens, each window scoring only its new
    tokens (``likelihood_windows``);
-4. d_i = canonical_i - mean(shuffled_i); one-sided t-test of mean(d) > 0 across shards
-   (``contamray.stats.tests.t_test_greater``). Contaminated when p <= ``alpha``.
+4. d_i = canonical_i - mean(shuffled_i); the one-sided t statistic of mean(d) > 0 across shards.
+   Contaminated when p <= ``alpha``. The p-value (``test``):
+
+   - ``permutation`` (the default): the t statistic's exact permutation distribution
+     (``contamray.stats.tests.shard_permutation_test``). Under the null the canonical order of a
+     shard is exchangeable with its shuffles, so each choice of one ordering per shard as "the
+     canonical" is equally likely; p is the share of choices whose t reaches the observed one
+     (enumerated up to 250,000 choices, else 100,000 seeded draws). Valid at any shard count;
+   - ``t``: Student's t with n - 1 degrees of freedom (``t_test_greater``), the paper's. It needs the
+     d_i normal: with few shards their skew shows (a shard's log-likelihoods over orderings are
+     skewed), and in simulation with 5 shards of skewed orderings it flags 15 % at alpha = 0.05
+     where the permutation p flags 3.5 % (``tests/test_stats_tests.py``). The Student p is reported
+     beside the decision either way (``details.t_test_p``).
 
 ``outputs``: the plotted per-example score is ``d``, the row's shard's d (every row of a shard carries
 it); there is no per-example membership score (the test decides per partition). Per shard the exact
@@ -96,8 +107,9 @@ split) is not implemented: group permutations keep the test exact without a seco
 reference model's own order preferences differ from the target's, so the comparison has no exact null.
 
 Parameters: ``num_shards``, ``permutations_per_shard``, ``context_len``, ``stride``, ``fields``, ``format``,
-``alpha``, ``seed``, ``permute``, ``detect_structure`` (see above), ``min_shards`` (default 5) and
-``allow_structured`` (default false).
+``alpha``, ``seed``, ``permute``, ``detect_structure`` (see above), ``min_shards`` (default 5),
+``allow_structured`` (default false) and ``test`` (``permutation``, default; ``t`` in the two presets that
+reproduce the paper's and the survey's numbers).
 
 Presets (``conf/method/``): the paper's (``sharded_likelihood_paper``: 50 shards x 250 permutations,
 ``context_len=2048``, ``stride=1024``; its Table 2 runs use up to 5,000 examples per benchmark) and the
@@ -107,6 +119,9 @@ LLMSanitize Library", Table 1; the 100 points are ``run.limit``, not a method pa
 
 Where this implementation departs from the authors' code, and why:
 
+- the p-value is by default the t statistic's exact permutation p (step 4), not Student's t: the
+  paper's own argument (exchangeability of orderings) gives it exactly, where Student's t is an
+  approximation that over-rejects with few shards;
 - the t statistic uses the sample standard deviation (n - 1), as a t-test does; the authors' code
   (and LLMSanitize, which copies it) divides by ``np.std`` (ddof 0), which inflates t by
   sqrt(n / (n - 1)) and understates p;
@@ -172,12 +187,18 @@ from contamray.methods.closed.order_structure import (
     residual,
 )
 from contamray.records import Record
-from contamray.stats.tests import permutation_p_value, t_test_greater
+from contamray.stats.tests import permutation_p_value, shard_permutation_test, t_test_greater
 
 NAME = "sharded_likelihood"
 MIN_SHARD = 2  # units (rows, or groups of rows) a shard needs to be reordered
 MIN_SHARDS = 5  # default min_shards: tested shards below which the verdict is inconclusive
 PERMUTE = ("groups", "rows")
+TESTS = ("permutation", "t")
+TEST_TEXT = {
+    "permutation": "one-sided test of Oren et al.'s t statistic over shards (d = canonical - mean(shuffled)), "
+    "p from its exact permutation distribution (any ordering of a shard as its canonical)",
+    "t": "one-sided t-test of mean(d) > 0 over shards, d = canonical - mean(shuffled) (Student's t, the paper's)",
+}
 VARIANTS = {
     "groups": "group permutations (structure-aware)",
     "rows": "row permutations (Oren et al. 2023)",
@@ -200,10 +221,16 @@ class Config:
     detect_structure: bool = True  # also find groups from the data (adjacent-pair similarity)
     min_shards: int = MIN_SHARDS  # fewer tested shards (or more than half of num_shards untested): inconclusive
     allow_structured: bool = False  # decide even when the permuted units are not exchangeable (reproduce Oren)
+    test: str = "permutation"  # p of the t statistic: "permutation" (exact, any shard count) or "t" (Student's t)
 
     def __post_init__(self) -> None:
         where = f"methods.{NAME}"
         self.fields = check_fields(self.fields, self.format, where)
+        if self.test not in TESTS:
+            raise ValueError(
+                f"{where}.test: {self.test!r} is not one of {', '.join(TESTS)} (permutation: the t statistic's exact "
+                "permutation p-value; t: Student's t, the paper's)"
+            )
         if self.permute not in PERMUTE:
             raise ValueError(
                 f"{where}.permute: {self.permute!r} is not one of {', '.join(PERMUTE)} (groups: structure-aware, "
@@ -556,6 +583,7 @@ class ShardedLikelihood(Method):
             "d": None,
             "permutation_p": None,
             "n_permutations": 0,
+            "orderings_logprob": None,
             "n_windows": None,
             "max_window_tokens": None,
             "note": "",
@@ -611,6 +639,7 @@ class ShardedLikelihood(Method):
             "d": canonical - float(np.mean(shuffled)),
             "permutation_p": permutation_p_value(canonical, shuffled),
             "n_permutations": len(shuffled),
+            "orderings_logprob": json.dumps([canonical, *shuffled]),
             "n_windows": n_windows,
             "max_window_tokens": biggest,
         }
@@ -657,8 +686,11 @@ class ShardedLikelihood(Method):
         ds = [s["d"] for s in per_shard]
         structure = next((json.loads(r["order_structure"]) for r in rows if r.get("order_structure")), None)
         variant = next((str(r["variant"]) for r in rows if r.get("variant")), VARIANTS[cfg.permute])
+        orderings = [json.loads(shards[s["shard"]]["orderings_logprob"]) for s in per_shard
+                     if shards[s["shard"]].get("orderings_logprob")]  # fmt: skip
+        test = cfg.test if len(orderings) == len(per_shard) else "t"  # rows of an older run carry no orderings
         details: dict[str, Any] = {
-            "test": "one-sided t-test of mean(d) > 0 over shards, d = canonical - mean(shuffled)",
+            "test": TEST_TEXT[test],
             "variant": variant,
             "order_structure": structure,
             "alpha": cfg.alpha,
@@ -687,11 +719,21 @@ class ShardedLikelihood(Method):
             )
         statistic, p_value, contaminated = math.nan, None, False
         if len(ds) >= 2:
-            res = t_test_greater(ds)
+            student = t_test_greater(ds)
+            res = shard_permutation_test(orderings, seed=cfg.seed) if test == "permutation" else student
             statistic, p_value = res.statistic, res.p_value
             contaminated = p_value <= cfg.alpha
-            details["t_sd"] = res.detail["sd"]
+            details["t_sd"] = student.detail["sd"]
+            details["t_test_p"] = student.p_value  # Student's t p-value, the paper's (evidence beside the decision)
+            if test == "permutation":
+                details["permutation_null"] = {k: res.detail[k] for k in ("null", "n_null", "min_p")}
         problems = _power_problems(len(ds), len(skipped), cfg) + _null_problems(structure, cfg, details)
+        reach = details.get("permutation_null", {}).get("min_p")
+        if not problems and reach is not None and reach > cfg.alpha:
+            problems.append(
+                f"the smallest p-value {len(ds)} shards of {cfg.permutations_per_shard} shuffles can give is "
+                f"{reach:.3g} > alpha={cfg.alpha} - raise permutations_per_shard or num_shards"
+            )
         if problems:
             details["inconclusive_reasons"] = problems
         details["summary"] = _summary(variant, structure, problems)
