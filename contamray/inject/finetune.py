@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from contamray.pipeline.progress import Progress
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "contamray_finetune.json"
@@ -131,6 +133,9 @@ def finetune_causal_lm(
         model.train()
         start = time.perf_counter()
         losses: list[float] = []
+        steps = epochs * math.ceil(len(blocks) / batch_size)
+        what = f"fine-tune of {Path(base_model_path).name} ({len(blocks)} blocks x {epochs} epochs)"
+        progress = Progress(what, steps, unit="steps")
         for epoch in range(epochs):
             order = torch.randperm(len(blocks), generator=order_rng).tolist()
             epoch_loss, n_batches = 0.0, 0
@@ -147,8 +152,10 @@ def finetune_causal_lm(
                 optimiser.zero_grad(set_to_none=True)
                 epoch_loss += loss
                 n_batches += 1
+                progress.update(1, tokens=int(mask.sum()))
             losses.append(epoch_loss / max(1, n_batches))
             log.info("finetune epoch %d/%d: mean loss %.4f", epoch + 1, epochs, losses[-1])
+        progress.close()
         model.eval()
         out_path = Path(out_dir)
         out_path.mkdir(parents=True, exist_ok=True)
