@@ -260,6 +260,37 @@ def test_greedy_generation_is_deterministic_and_new_text_only(hf32: HFEngine) ->
     assert first == [hf32.generate([p], Sampling(max_tokens=12))[0] for p in prompts]
 
 
+def test_one_call_serves_requests_of_different_lengths(hf32: HFEngine) -> None:
+    """Per-request ``max_tokens`` in one call (the batch is not split by length): each completion is
+    the one a call of its own gives, and costs only its own tokens."""
+    prompts = ["The capital of France is", "List three colors:\n1.", "Water boils at"]
+    limits = [3, 12, 6]
+    together = hf32.complete(prompts, Sampling(max_tokens=12), max_tokens=limits)
+    alone = [hf32.complete([p], Sampling(max_tokens=m))[0] for p, m in zip(prompts, limits)]
+    assert together == alone
+    assert all(c.new_tokens <= m for c, m in zip(together, limits))
+    with pytest.raises(ValueError, match="3 values for 2 prompts"):
+        hf32.complete(prompts[:2], Sampling(), max_tokens=limits)
+    with pytest.raises(ValueError, match="prompt #1 must be >= 1"):
+        hf32.complete(prompts[:2], Sampling(), max_tokens=[4, 0])
+    # the pipeline's batching: two lengths, one engine call, answers as separate calls give
+    reqs = [Request(key=f"k{i}", record_ids=(f"r{i}",), kind="generate", text=p, sampling=Sampling(max_tokens=m))
+            for i, (p, m) in enumerate(zip(prompts, limits))]  # fmt: skip
+    calls: list[int] = []
+    original = hf32.complete
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]))
+        return original(*args, **kwargs)
+
+    hf32.complete = counted  # type: ignore[method-assign]
+    try:
+        outs = answer_requests(hf32, reqs)
+    finally:
+        del hf32.complete
+    assert calls == [3] and [o.text for o in outs] == [c.text for c in alone]
+
+
 def test_generation_stops_at_stop_strings(hf32: HFEngine) -> None:
     prompt = "List three colors:\n1."
     free = hf32.generate([prompt], Sampling(max_tokens=24))[0]
@@ -322,6 +353,11 @@ def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
         assert (cut.truncated, cut.num_tokens) == (n - 1023, 1022)
         (prompt,) = engine.complete([long_text], Sampling(max_tokens=4))
         assert (prompt.truncated, prompt.prompt_tokens) == (n - 1020, 1020)
+        # per-request lengths in one call (one SamplingParams per prompt), as on transformers
+        limits = [3, 12]
+        assert engine.complete(prompts, Sampling(max_tokens=12), max_tokens=limits) == hf32.complete(
+            prompts, Sampling(max_tokens=12), max_tokens=limits
+        )
         assert engine.score(TEXTS[:1])[0].truncated == 0
     finally:
         engine.close()

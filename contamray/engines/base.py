@@ -6,7 +6,9 @@ serves every method:
 
 - ``generate(prompts, sampling, chat)``: one completion per prompt (greedy when temperature is 0);
   ``complete`` is the same call returning, with each text, the prompt tokens read, the tokens
-  generated and the prompt tokens left out (``Completion``);
+  generated and the prompt tokens left out (``Completion``); its ``max_tokens`` gives each prompt its
+  own generation length in the same call (``token_limits``), so requests that differ only in length
+  share a batch;
 - ``score(texts, with_vocab_stats)``: per-token log-probabilities of each whole text, the first token
   excluded (it has no prefix); with ``with_vocab_stats`` also the mean and standard deviation of the
   next-token log-probability over the vocabulary at each scored position (Min-K%++ needs them).
@@ -79,7 +81,9 @@ class Engine(Protocol):
 
     def generate(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[str]: ...
 
-    def complete(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[Completion]: ...
+    def complete(
+        self, prompts: list[str], sampling: Sampling, chat: bool = False, max_tokens: Sequence[int] | None = None
+    ) -> list[Completion]: ...
 
     def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]: ...
 
@@ -120,6 +124,34 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[l
         return []
     rendered = [chat_text(tokenizer, p) for p in prompts]
     return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+
+
+def token_limits(n_prompts: int, sampling: Sampling, max_tokens: Sequence[int] | None, context: int) -> list[int]:
+    """Each prompt's own ``max_tokens`` (``sampling.max_tokens`` when none is given), checked: >= 1, and
+    leaving room for a prompt in the model's ``context``. One call serves prompts of different lengths
+    to generate (per-request sampling), so a batch is never split by ``max_tokens``."""
+    limits = [int(sampling.max_tokens)] * n_prompts if max_tokens is None else [int(m) for m in max_tokens]
+    if len(limits) != n_prompts:
+        raise ValueError(f"max_tokens has {len(limits)} values for {n_prompts} prompts; give one per prompt")
+    for i, m in enumerate(limits):
+        if m < 1:
+            raise ValueError(f"max_tokens of prompt #{i} must be >= 1, got {m}")
+        if context - m < 1:
+            raise ValueError(
+                f"max_tokens={m} (prompt #{i}) leaves no room for a prompt in the model's context of {context} "
+                "tokens; lower max_tokens"
+            )
+    return limits
+
+
+def keep_tails(encoded: list[list[int]], limits: Sequence[int]) -> tuple[list[list[int]], list[int]]:
+    """``keep_tail`` with one limit per sequence."""
+    kept, lost = [], []
+    for ids, limit in zip(encoded, limits, strict=True):
+        (k,), (n,) = keep_tail([ids], limit)
+        kept.append(k)
+        lost.append(n)
+    return kept, lost
 
 
 def keep_head(encoded: list[list[int]], limit: int) -> tuple[list[list[int]], list[int]]:

@@ -53,7 +53,8 @@ from contamray.engines.base import (
     encode_texts,
     has_chat_template,
     keep_head,
-    keep_tail,
+    keep_tails,
+    token_limits,
     warn_truncated,
 )
 from contamray.engines.wire import Sampling
@@ -317,24 +318,26 @@ class HFEngine:
         """The new text of each prompt (see ``complete``)."""
         return [c.text for c in self.complete(prompts, sampling, chat=chat)]
 
-    def complete(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[Completion]:
-        """One completion per prompt, with the prompt tokens read, generated and left out."""
+    def complete(
+        self, prompts: list[str], sampling: Sampling, chat: bool = False, max_tokens: Sequence[int] | None = None
+    ) -> list[Completion]:
+        """One completion per prompt, with the prompt tokens read, generated and left out.
+
+        ``max_tokens`` (one per prompt, default ``sampling.max_tokens``): the batch generates up to the
+        largest and each completion keeps its own first tokens - for greedy decoding exactly what a call
+        of its own gives.
+        """
         from transformers import GenerationConfig
 
-        if sampling.max_tokens < 1:
-            raise ValueError(f"sampling.max_tokens must be >= 1, got {sampling.max_tokens}")
-        room = self.max_context - sampling.max_tokens
-        if room < 1:
-            raise ValueError(
-                f"sampling.max_tokens={sampling.max_tokens} leaves no room for a prompt in the model's "
-                f"context of {self.max_context} tokens; lower max_tokens"
-            )
-        encoded, truncated = keep_tail(self.encode_prompts(prompts, chat), room)
+        limits = token_limits(len(prompts), sampling, max_tokens, self.max_context)
+        rooms = [self.max_context - m for m in limits]
+        encoded, truncated = keep_tails(self.encode_prompts(prompts, chat), rooms)
         _require_tokens(encoded)
-        warn_truncated(self.name, "prompts", truncated, room, f"cut from the left to leave {sampling.max_tokens} new")
+        most = max(limits, default=sampling.max_tokens)
+        warn_truncated(self.name, "prompts", truncated, min(rooms, default=0), "cut from the left to leave max_tokens")
         greedy = sampling.temperature <= 0
         config_kwargs: dict[str, Any] = {
-            "max_new_tokens": sampling.max_tokens,
+            "max_new_tokens": most,
             "do_sample": not greedy,
             "pad_token_id": self.pad_id,
             "eos_token_id": self._eos_ids(),
@@ -358,7 +361,7 @@ class HFEngine:
                 )
                 new = out[:, ids.shape[1] :].tolist()
                 for i, prompt_ids, new_ids in zip(bucket, seqs, new):
-                    kept = self._until_eos(new_ids)
+                    kept = self._until_eos(new_ids)[: limits[i]]
                     results[i].text = cut_at_stop(self._decode_continuation(prompt_ids, kept), stops)
                     results[i].new_tokens = len(kept)
         return results

@@ -51,7 +51,8 @@ from contamray.engines.base import (
     encode_texts,
     has_chat_template,
     keep_head,
-    keep_tail,
+    keep_tails,
+    token_limits,
     warn_truncated,
 )
 from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
@@ -190,30 +191,33 @@ class VLLMEngine:
         """The new text of each prompt (see ``complete``)."""
         return [c.text for c in self.complete(prompts, sampling, chat=chat)]
 
-    def complete(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[Completion]:
-        """One completion per prompt, with the prompt tokens read, generated and left out."""
+    def complete(
+        self, prompts: list[str], sampling: Sampling, chat: bool = False, max_tokens: Sequence[int] | None = None
+    ) -> list[Completion]:
+        """One completion per prompt, with the prompt tokens read, generated and left out.
+
+        ``max_tokens`` (one per prompt, default ``sampling.max_tokens``): vLLM takes one
+        ``SamplingParams`` per prompt, so each request generates its own length in the same call.
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if sampling.max_tokens < 1:
-            raise ValueError(f"sampling.max_tokens must be >= 1, got {sampling.max_tokens}")
-        room = self.max_model_len - sampling.max_tokens
-        if room < 1:
-            raise ValueError(
-                f"sampling.max_tokens={sampling.max_tokens} leaves no room for a prompt in the model's "
-                f"context of {self.max_model_len} tokens; lower max_tokens"
-            )
-        encoded, truncated = keep_tail(self.encode_prompts(prompts, chat), room)
+        limits = token_limits(len(prompts), sampling, max_tokens, self.max_model_len)
+        rooms = [self.max_model_len - m for m in limits]
+        encoded, truncated = keep_tails(self.encode_prompts(prompts, chat), rooms)
         greedy = sampling.temperature <= 0
-        params = SamplingParams(
-            max_tokens=sampling.max_tokens,
-            temperature=0.0 if greedy else sampling.temperature,
-            top_p=1.0 if greedy else sampling.top_p,
-            stop=[s for s in sampling.stop if s] or None,
-            seed=None if greedy else sampling.seed,
-        )
+        params = [
+            SamplingParams(
+                max_tokens=m,
+                temperature=0.0 if greedy else sampling.temperature,
+                top_p=1.0 if greedy else sampling.top_p,
+                stop=[s for s in sampling.stop if s] or None,
+                seed=None if greedy else sampling.seed,
+            )
+            for m in limits
+        ]
         _require_tokens(encoded)
-        warn_truncated(self.name, "prompts", truncated, room, f"cut from the left to leave {sampling.max_tokens} new")
+        warn_truncated(self.name, "prompts", truncated, min(rooms, default=0), "cut from the left to leave max_tokens")
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False
         )

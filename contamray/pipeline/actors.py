@@ -14,6 +14,7 @@ either: an engine's count of the tokens it left out of a too-long text or prompt
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import time
@@ -38,12 +39,15 @@ def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
 
     Answers are matched to requests by position, never by key: cells of different methods may send
     requests with the same key (e.g. ``<id>|text``) in one batch, with different options. Generations
-    are grouped by sampling parameters and ``chat`` (a chat and a raw prompt never share a call).
+    are grouped by sampling parameters other than ``max_tokens`` and by ``chat`` (a chat and a raw prompt
+    never share a call); each request keeps its own ``max_tokens`` inside the call (per-request sampling:
+    guided prompting's per-example lengths do not split the batch).
     """
     answers: list[Output | None] = [None] * len(requests)
     groups: dict[Any, list[int]] = defaultdict(list)
     for i, req in enumerate(requests):
-        group = ("generate", (req.sampling, req.chat)) if req.kind == "generate" else ("score", req.vocab_stats)
+        shared = dataclasses.replace(req.sampling, max_tokens=0)
+        group = ("generate", (shared, req.chat)) if req.kind == "generate" else ("score", req.vocab_stats)
         groups[group].append(i)
     for (kind, option), positions in groups.items():
         try:
@@ -64,7 +68,9 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
     texts = [r.text for r in reqs]
     if kind == "generate":
         sampling, chat = option
-        completions = engine.complete(texts, sampling, chat=chat)
+        limits = [r.sampling.max_tokens for r in reqs]
+        completions = engine.complete(texts, dataclasses.replace(sampling, max_tokens=max(limits)), chat=chat,
+                                      max_tokens=limits)  # fmt: skip
         # num_tokens: tokens the engine processed (prompt as read + completion), the request's cost
         return [
             Output(key=r.key, text=c.text, num_tokens=int(c.num_tokens), truncated=int(c.truncated))
