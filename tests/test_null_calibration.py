@@ -16,7 +16,8 @@ Measured (2026-11-23): Min-K%++ 0 of 20 flagged, Min-K% 1, perplexity 1, zlib 2,
 ratio 1 (each membership score may flag 3 here, their mean at most 2 - see ``MAX_FLAGS_ONE``); the
 sharded test 3 (see its test: the same three slices whichever shuffles and p-value); guided prompting's
 Algorithm 1 (exact sign flip) on the paper's 10 instances flagged 2 and left 14 inconclusive (fewer than 5
-instances whose guided and general completions differ), hence the whole 20-row slices here.
+instances whose guided and general completions differ), hence the whole 20-row slices here: 0 flagged,
+16 clean, 4 inconclusive.
 
 Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
 zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.
