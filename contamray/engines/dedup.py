@@ -14,7 +14,7 @@ Two requests are the same work when the engine would compute the same thing for 
   wrapping.
 
 The request's ``key``, ``record_ids``, ``stage`` and ``engine`` role are the owner's bookkeeping, not the
-engine's work, and do not count. Costs: ``shares`` says how many owners an answer served, so each
+engine's work, and do not count. Costs: ``expand`` says how many owners each answer served, so each
 owner is charged its share of the tokens and seconds (``pipeline.runner.EngineCosts``), and a cell's
 cost is what it added to the run, not what it would have cost alone.
 """
@@ -55,9 +55,6 @@ class Dedup:
     def saved(self) -> int:
         """Requests that did not have to be sent."""
         return len(self.items) - len(self.unique)
-
-    def shares(self, tag: str) -> int:
-        return len(self.members[tag])
 
     def expand(self, answered: Sequence[tuple[str, Output]]) -> list[tuple[str, Output, int]]:
         """(owner, Output under the owner's request key, how many owners share it) for every item whose
