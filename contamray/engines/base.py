@@ -144,27 +144,16 @@ def token_limits(n_prompts: int, sampling: Sampling, max_tokens: Sequence[int] |
     return limits
 
 
-def keep_tails(encoded: list[list[int]], limits: Sequence[int]) -> tuple[list[list[int]], list[int]]:
-    """``keep_tail`` with one limit per sequence."""
-    kept, lost = [], []
-    for ids, limit in zip(encoded, limits, strict=True):
-        (k,), (n,) = keep_tail([ids], limit)
-        kept.append(k)
-        lost.append(n)
-    return kept, lost
-
-
 def keep_head(encoded: list[list[int]], limit: int) -> tuple[list[list[int]], list[int]]:
     """Each sequence's first ``limit`` ids, and how many ids each lost (scored texts)."""
     return [ids[:limit] for ids in encoded], [max(0, len(ids) - limit) for ids in encoded]
 
 
-def keep_tail(encoded: list[list[int]], limit: int) -> tuple[list[list[int]], list[int]]:
-    """Each sequence's last ``limit`` ids, and how many ids each lost (prompts: their end is what the
-    continuation depends on)."""
-    return [ids[-limit:] if len(ids) > limit else ids for ids in encoded], [
-        max(0, len(ids) - limit) for ids in encoded
-    ]
+def keep_tail(encoded: list[list[int]], limits: Sequence[int]) -> tuple[list[list[int]], list[int]]:
+    """Each sequence's last ``limits[i]`` ids (one limit per sequence: each prompt leaves room for its own
+    ``max_tokens``), and how many ids each lost (prompts: their end is what the continuation depends on)."""
+    pairs = list(zip(encoded, limits, strict=True))
+    return [ids[-lim:] if len(ids) > lim else ids for ids, lim in pairs], [max(0, len(ids) - lim) for ids, lim in pairs]
 
 
 def warn_truncated(engine: str, what: str, truncated: Sequence[int], limit: int, kept: str) -> None:

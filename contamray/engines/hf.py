@@ -53,7 +53,7 @@ from contamray.engines.base import (
     encode_texts,
     has_chat_template,
     keep_head,
-    keep_tails,
+    keep_tail,
     token_limits,
     warn_truncated,
 )
@@ -331,7 +331,7 @@ class HFEngine:
 
         limits = token_limits(len(prompts), sampling, max_tokens, self.max_context)
         rooms = [self.max_context - m for m in limits]
-        encoded, truncated = keep_tails(self.encode_prompts(prompts, chat), rooms)
+        encoded, truncated = keep_tail(self.encode_prompts(prompts, chat), rooms)
         _require_tokens(encoded)
         most = max(limits, default=sampling.max_tokens)
         warn_truncated(self.name, "prompts", truncated, min(rooms, default=0), "cut from the left to leave max_tokens")

@@ -51,7 +51,7 @@ from contamray.engines.base import (
     encode_texts,
     has_chat_template,
     keep_head,
-    keep_tails,
+    keep_tail,
     token_limits,
     warn_truncated,
 )
@@ -204,7 +204,7 @@ class VLLMEngine:
 
         limits = token_limits(len(prompts), sampling, max_tokens, self.max_model_len)
         rooms = [self.max_model_len - m for m in limits]
-        encoded, truncated = keep_tails(self.encode_prompts(prompts, chat), rooms)
+        encoded, truncated = keep_tail(self.encode_prompts(prompts, chat), rooms)
         greedy = sampling.temperature <= 0
         params = [
             SamplingParams(

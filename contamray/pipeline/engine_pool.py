@@ -22,6 +22,7 @@ import json
 import logging
 from typing import Any
 
+from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request
 from contamray.pipeline.actors import EngineWorker
 from contamray.pipeline.plan import ModelPlan
@@ -54,13 +55,19 @@ class EnginePool:
         self.actors = [actor_class.remote(dict(pool.engine)) for _ in range(max(1, pool.concurrency))]
         log.info("engine pool %s: %d actor(s) started", pool.name, len(self.actors))
 
-    def answer(self, items: list[tuple[str, Request]], label: str = "") -> list[tuple[str, Output]]:
-        """(cell key, Output) for every (cell key, Request); order is not kept.
+    def answer(self, items: list[tuple[str, Request]], label: str = "") -> list[tuple[str, Output, int]]:
+        """(cell key, Output, how many requests shared its answer) for every (cell key, Request); order is
+        not kept. Identical requests of different cells are sent once (``engines/dedup.py``).
 
         Progress (requests done / total, tokens/s, ETA) is reported under ``label`` as batches come back.
         """
         from ray.util import ActorPool
 
+        label = label or f"engine pool {self.name}"
+        work = Dedup(items)
+        if work.saved:
+            log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
+        items = work.unique
         batches = [
             {
                 "cell": [cell for cell, _ in items[i : i + self.batch_size]],
@@ -69,7 +76,7 @@ class EnginePool:
             for i in range(0, len(items), self.batch_size)
         ]
         out: list[tuple[str, Output]] = []
-        with Progress(label or f"engine pool {self.name}", len(items), unit="requests") as progress:
+        with Progress(label, len(items), unit="requests") as progress:
             pending = ActorPool(self.actors).map_unordered(lambda actor, batch: actor.answer.remote(batch), batches)
             for result in pending:
                 answered = [
@@ -77,7 +84,7 @@ class EnginePool:
                 ]
                 out.extend(answered)
                 progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered))
-        return out
+        return work.expand(out)
 
     def close(self) -> None:
         import ray

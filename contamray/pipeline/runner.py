@@ -32,7 +32,6 @@ import pandas as pd
 import ray
 
 from contamray.corpus.fingerprint import corpus_fingerprint
-from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import ERROR, NOT_APPLICABLE
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
@@ -204,10 +203,7 @@ def _score_closed_model(
                 log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
                 started = time.perf_counter()
                 label = f"model {model_name} stage {stage} on {pool_name}"
-                work = Dedup(items)  # identical requests of different cells are answered once
-                if work.saved:
-                    log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
-                answered = work.expand(engines.get(pools[pool_name]).answer(work.unique, label=label))
+                answered = engines.get(pools[pool_name]).answer(items, label=label)
                 costs.add_pass(answered, request_records, time.perf_counter() - started)
                 for cell_key, out, _ in answered:
                     outputs[cell_key][out.key] = out
@@ -336,10 +332,7 @@ def _judge_open_cells(
         for pool_name, pool_items in items.items():
             log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
             started = time.perf_counter()
-            work = Dedup(pool_items)
-            answered = work.expand(
-                engines.get(pools[pool_name]).answer(work.unique, label=f"open-data judge on {pool_name}")
-            )
+            answered = engines.get(pools[pool_name]).answer(pool_items, label=f"open-data judge on {pool_name}")
             costs.add_pass(answered, request_records, time.perf_counter() - started)
             for cell_key, out, _ in answered:
                 judged[cell_key].append(out)
