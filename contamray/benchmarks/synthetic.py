@@ -210,10 +210,13 @@ def convert(ctx: RowContext) -> Record:
     )
 
 
-ADAPTERS = (
-    Adapter(
-        name="synthetic_facts",
-        hub_id="contamray/synthetic_facts",
+def generated_adapter(name: str, convert: Callable[[RowContext], Record], generate: Callable[..., Any],
+                      note: str) -> Adapter:  # fmt: skip
+    """The adapter of a benchmark generated in-process: hub id ``contamray/<name>``, the configs
+    ``CONFIGS`` and splits ``SPLITS`` (``test`` by default), question answering, ids in ``id``."""
+    return Adapter(
+        name=name,
+        hub_id=f"contamray/{name}",
         config="default",
         configs=CONFIGS,
         splits=SPLITS,
@@ -222,6 +225,12 @@ ADAPTERS = (
         convert=convert,
         id_field="id",
         generate=generate,
-        note="generated in-process (no hub, no mirror): facts about invented entities",
+        note=note,
+    )
+
+
+ADAPTERS = (
+    generated_adapter(
+        "synthetic_facts", convert, generate, "generated in-process (no hub, no mirror): facts about invented entities"
     ),
 )

@@ -34,17 +34,16 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from contamray.benchmarks.base import Adapter, RowContext
+from contamray.benchmarks.base import RowContext
 from contamray.benchmarks.synthetic import (
     _COLOURS,
     _INSTRUMENTS,
     _PROFESSIONS,
     _SEAS,
-    CONFIGS,
-    SPLITS,
     _entity_name,
     _number,
     check_partition,
+    generated_adapter,
     pseudo_word,
 )
 from contamray.benchmarks.synthetic import convert as facts_convert
@@ -251,17 +250,10 @@ def convert(ctx: RowContext) -> Record:
 
 
 ADAPTERS = (
-    Adapter(
-        name=NAME,
-        hub_id=f"contamray/{NAME}",
-        config="default",
-        configs=CONFIGS,
-        splits=SPLITS,
-        default_split="test",
-        task="question_answering",
-        convert=convert,
-        id_field="id",
-        generate=generate,
-        note="generated in-process (no hub, no mirror): invented facts in a structured order (twins, topical runs)",
+    generated_adapter(
+        NAME,
+        convert,
+        generate,
+        "generated in-process (no hub, no mirror): invented facts in a structured order (twins, topical runs)",
     ),
 )
