@@ -12,8 +12,8 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from contamray.pipeline.engine_pool import engine_actor_options
 from contamray.pipeline.placement import reserve_engine_pools
+from contamray.serve.hosting import replica_options
 from tests.test_config import plan_of
 
 
@@ -29,7 +29,8 @@ def gpu_cluster():
 
 
 class WhereAmI:
-    """Stands where EngineWorker stands in the pipeline; reports its node and GPUs instead of loading."""
+    """Stands where a model's Serve replica stands (same actor options); reports its node and GPUs
+    instead of loading."""
 
     def answer(self):
         return ray.get_runtime_context().get_node_id(), len(ray.get_gpu_ids())
@@ -44,8 +45,8 @@ def test_llama2_openllm_engine_pool_is_vllm_on_gpu_nodes(gpu_cluster):
     assert [p.pool for p in placements] == ["llama2_7b"]
     assert set(placements[0].nodes) <= gpu_cluster and len(placements[0].nodes) == 2
 
-    options = engine_actor_options(pool)
-    assert options["num_gpus"] == 1 and options["max_restarts"] >= 1
+    options = replica_options(pool)
+    assert options["num_gpus"] == 1
     probes = [ray.remote(WhereAmI).options(**options).remote() for _ in range(pool.concurrency)]
     placed = ray.get([probe.answer.remote() for probe in probes])
     assert {node for node, _ in placed} == gpu_cluster  # one actor per GPU node

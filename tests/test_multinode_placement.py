@@ -1,5 +1,5 @@
-"""A real run on a multi-node ``ray.cluster_utils.Cluster``: engine actors on the GPU node, scoring
-actors on CPU nodes, one engine actor for both stages of the model. The GPU is logical (the node
+"""A real run on a multi-node ``ray.cluster_utils.Cluster``: the model's Serve replica on the GPU node, scoring
+actors on CPU nodes, one replica for both stages of the model. The GPU is logical (the node
 advertises one; the engine computes on the CPU), which is exactly what Ray's scheduler sees on a real
 cluster. Where each actor ran is read back from Ray's state API after the run.
 """
@@ -37,11 +37,11 @@ def test_engine_actors_on_gpu_nodes_scoring_actors_on_cpu_nodes(cluster, tmp_pat
     cfg.run.output_dir = str(tmp_path / "run")
     run(cfg)
     actors = list_actors(detail=True, limit=10_000, raise_on_missing_output=False)
-    engine = [a for a in actors if "EngineWorker" in (a.class_name or "") + (a.repr_name or "")]
+    engine = [a for a in actors if (a.class_name or "").startswith("ServeReplica:contamray-")]
     scoring = [a for a in actors if "ScoreWorker" in (a.class_name or "") + (a.repr_name or "")]
     assert engine and scoring, [a.class_name for a in actors]
     assert {a.node_id for a in engine} == {gpu_node}
-    # completions (stage 0) and judge prompts (stage 1, judged by the model itself) went to one actor:
-    # the model was loaded once, not once per stage
+    # completions (stage 0) and judge prompts (stage 1, judged by the model itself) went to one Serve
+    # replica: the model was loaded once, not once per stage
     assert len(engine) == 1, [(a.class_name, a.state) for a in engine]
     assert gpu_node not in {a.node_id for a in scoring}

@@ -1,4 +1,5 @@
-"""The callable classes Ray Data runs in actor pools: engines, scorers and corpus matchers.
+"""What runs on Ray workers: a batch of requests answered on an engine (``answer_requests``, inside a
+model's Serve replica), and the callable classes Ray Data runs in actor pools: scorers and corpus matchers.
 
 Rows cross stage boundaries as JSON strings (``request``, ``output``, ``payload``, ``rows``): the
 methods' columns differ from one another and from cell to cell, and one string column keeps every
@@ -88,29 +89,6 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
         )
         for r, s in zip(reqs, scores, strict=True)
     ]
-
-
-class EngineWorker:
-    """Hosts one model (transformers or vLLM) in an actor; answers batches of requests.
-
-    The runner keeps these actors alive across a model's stages (``pipeline/engine_pool.py``).
-    """
-
-    def __init__(self, engine_spec: dict[str, Any]) -> None:
-        from contamray.engines import EngineSpec, build_engine
-
-        self.engine = build_engine(EngineSpec(**engine_spec))
-
-    def answer(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        """``batch``: columns ``cell`` and ``request`` (JSON); returns ``cell`` and ``output`` (JSON)."""
-        requests = [Request.from_row(json.loads(r)) for r in batch["request"]]
-        outputs = answer_requests(self.engine, requests)
-        return {
-            "cell": list(batch["cell"]),
-            "output": [json.dumps(o.to_row()) for o in outputs],
-        }
-
-    __call__ = answer  # a Ray Data map_batches callable too
 
 
 class ScoreWorker:

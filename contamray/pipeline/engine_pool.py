@@ -1,122 +1,120 @@
-"""A model's engine actors, kept alive across the stages of its cells: each model loads once per run.
+"""The batch stages' client of the hosted models: requests in, outputs out, through Serve handles.
 
-Why not one Ray Data ``map_batches`` pass per stage (the first design): every Dataset execution
-builds its own actor pool, so a method with two engine stages (the sharded test's length probe then
-its windows, guided prompting's completions then its judge) loaded the model twice. On a GPU cluster
-that is minutes per load for a 70B model under vLLM; on this CPU it is the actor start-up and the
-engine build each time.
+Each model is a Ray Serve deployment (``contamray.serve.hosting``), loaded once per run (or reused from
+an earlier run or the on-demand API) and shared by every stage and every target that needs it: the
+judge of a zoo of targets, the reference model, a target that is also its own judge. ``EnginePools``
+is a run's hold on the models it uses; ``EnginePool.answer`` sends one stage's requests to a model.
 
-Here the actors are plain Ray actors of ``EngineWorker`` with the pool's resources (``num_gpus``,
-``num_cpus``, ``concurrency`` of them), fed batches of requests through ``ray.util.ActorPool``. A
-crashed actor is restarted by Ray and its batch retried (``max_restarts``/``max_task_retries``); a
-request that raises is still isolated inside the batch (``actors.answer_requests``).
-
-``EnginePools`` keeps at most one pool of a model's thread alive: when a stage needs another pool (the
-judge model on the same GPU) the live one is released first, so two pools never wait on each other's
-GPUs. Pools are released before the CPU scoring starts, so scorers get the CPUs back.
+Why Serve and not one Ray Data ``map_batches`` pass per stage (the first design), nor a run-private
+``ActorPool`` (the second): every Dataset execution built its own actors, so a method with two engine
+stages loaded the model twice; a private pool could not be shared between the targets of a zoo, nor
+with the HTTP API, nor outlive its run. Serve keeps replicas alive, replaces a dead one, and queues
+several batches per replica (``ray.batches_in_flight``) so the next one is there when a batch ends.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request
-from contamray.pipeline.actors import EngineWorker
 from contamray.pipeline.plan import ModelPlan
 from contamray.pipeline.progress import Progress
+from contamray.serve.hosting import HOSTS, Hosts
 
 log = logging.getLogger("contamray")
 
-RESTARTS = 2  # an actor that dies (out of memory, a lost node) is rebuilt this many times
-
-
-def engine_actor_options(pool: ModelPlan) -> dict[str, Any]:
-    """The Ray actor options of one engine actor of ``pool`` (its resources and its retries)."""
-    return {
-        "num_gpus": pool.num_gpus,
-        "num_cpus": pool.num_cpus,
-        "max_restarts": RESTARTS,
-        "max_task_retries": RESTARTS,
-    }
+# A batch whose replica died is sent again, after 1, 2, 4, ... 30 s: Serve notices the death at its next
+# health check and starts a replica, which loads the model again; about 90 s in all before giving up.
+RETRIES = 6
+MAX_RETRY_WAIT_S = 30.0
 
 
 class EnginePool:
-    """``pool.concurrency`` engine actors of one model; ``answer`` sends them batches of requests."""
+    """A hosted model as one stage sees it; ``answer`` sends it batches of requests."""
 
-    def __init__(self, pool: ModelPlan, ray_cfg: dict[str, Any]) -> None:
-        import ray
-
+    def __init__(self, pool: ModelPlan, app: str, ray_cfg: dict[str, Any], hosts: Hosts) -> None:
         self.name = pool.name
+        self.app = app
+        self.hosts = hosts
         self.batch_size = max(1, int(ray_cfg.get("request_batch_size", 32)))
-        actor_class = ray.remote(EngineWorker).options(**engine_actor_options(pool))
-        self.actors = [actor_class.remote(dict(pool.engine)) for _ in range(max(1, pool.concurrency))]
-        log.info("engine pool %s: %d actor(s) started", pool.name, len(self.actors))
+        self.in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2))) * max(1, pool.concurrency)
 
     def answer(self, items: list[tuple[str, Request]], label: str = "") -> list[tuple[str, Output, int]]:
         """(cell key, Output, how many requests shared its answer) for every (cell key, Request); order is
         not kept. Identical requests of different cells are sent once (``engines/dedup.py``).
 
         Progress (requests done / total, tokens/s, ETA) is reported under ``label`` as batches come back.
+        A batch whose replica died is sent again (``RETRIES`` times); a batch that still fails gives each
+        of its requests an error output, so its examples are recorded as failed and the run goes on.
         """
-        from ray.util import ActorPool
+        from ray import serve
 
-        label = label or f"engine pool {self.name}"
+        label = label or f"model {self.name}"
         work = Dedup(items)
         if work.saved:
             log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
-        items = work.unique
-        batches = [
-            {
-                "cell": [cell for cell, _ in items[i : i + self.batch_size]],
-                "request": [json.dumps(req.to_row()) for _, req in items[i : i + self.batch_size]],
-            }
-            for i in range(0, len(items), self.batch_size)
-        ]
+        unique = work.unique
+        batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
+        handle = serve.get_app_handle(self.app)
         out: list[tuple[str, Output]] = []
-        with Progress(label, len(items), unit="requests") as progress:
-            pending = ActorPool(self.actors).map_unordered(lambda actor, batch: actor.answer.remote(batch), batches)
-            for result in pending:
-                answered = [
-                    (cell, Output.from_row(json.loads(row))) for cell, row in zip(result["cell"], result["output"])
-                ]
-                out.extend(answered)
-                progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered))
+        with self.hosts.using(self.app), Progress(label, len(unique), unit="requests") as progress:
+            with ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="engine") as pool:
+                futures = [pool.submit(self._send, handle, batch, label) for batch in batches]
+                for future in as_completed(futures):
+                    answered = future.result()
+                    out.extend(answered)
+                    progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered))
         return work.expand(out)
 
-    def close(self) -> None:
-        import ray
-
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors = []
-        log.info("engine pool %s: released", self.name)
+    def _send(self, handle: Any, batch: list[tuple[str, Request]], label: str) -> list[tuple[str, Output]]:
+        rows = {"cell": [cell for cell, _ in batch], "request": [json.dumps(req.to_row()) for _, req in batch]}
+        error: BaseException | None = None
+        for attempt in range(RETRIES + 1):
+            try:
+                result = handle.answer.remote(rows).result()
+                return [(cell, Output.from_row(json.loads(row))) for cell, row in zip(result["cell"], result["output"])]
+            except Exception as err:  # noqa: BLE001 - a replica lost mid-batch: Serve replaces it, we resend
+                error = err
+                log.warning(
+                    "%s: a batch of %d requests failed on %s (%s: %s); attempt %d of %d",
+                    label, len(batch), self.app, type(err).__name__, str(err).splitlines()[0][:200], attempt + 1,
+                    RETRIES + 1,
+                )  # fmt: skip
+                if attempt < RETRIES:
+                    time.sleep(min(2.0**attempt, MAX_RETRY_WAIT_S))
+        reason = f"engine {self.name} failed the batch {RETRIES + 1} times: {type(error).__name__}: {error}"
+        return [(cell, Output(key=req.key, error=reason[:2000])) for cell, req in batch]
 
 
 class EnginePools:
-    """The live engine pool of one model's scoring (at most one at a time); use as a context manager."""
+    """A run's hold on the models it uses; use as a context manager around the run.
 
-    def __init__(self, ray_cfg: dict[str, Any]) -> None:
+    ``get`` deploys a model on first use (or finds its deployment up); the models stay loaded until the
+    run ends, then the ones this process deployed are deleted unless ``serve.keep``.
+    """
+
+    def __init__(self, ray_cfg: dict[str, Any], serve_cfg: dict[str, Any] | None = None, hosts: Hosts = HOSTS) -> None:
         self.ray_cfg = ray_cfg
-        self.live: EnginePool | None = None
+        self.serve_cfg = dict(serve_cfg or {})
+        self.hosts = hosts
+        self.run = uuid.uuid4().hex
 
     def get(self, pool: ModelPlan) -> EnginePool:
-        if self.live is not None and self.live.name != pool.name:
-            self.close()
-        if self.live is None:
-            self.live = EnginePool(pool, self.ray_cfg)
-        return self.live
+        app = self.hosts.hold(self.run, pool, self.serve_cfg, self.ray_cfg)
+        return EnginePool(pool, app, self.ray_cfg, self.hosts)
 
-    def live_first(self, names: list[str]) -> list[str]:
-        """``names`` with the live pool's first, so a stage uses it before another pool replaces it."""
-        return sorted(names, key=lambda name: self.live is None or name != self.live.name)
+    def make_room(self, cpus: float) -> None:
+        """Free ``cpus`` for CPU work (the scoring actors) from idle models when the cluster is short."""
+        self.hosts.make_room(cpus=cpus)
 
     def close(self) -> None:
-        if self.live is not None:
-            self.live.close()
-            self.live = None
+        self.hosts.release(self.run, keep=bool(self.serve_cfg.get("keep", False)))
 
     def __enter__(self) -> EnginePools:
         return self

@@ -26,7 +26,7 @@ from contamray.methods.base import BenchmarkFacts, Method, get_method, method_na
 
 log = logging.getLogger(__name__)
 
-MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency")
+MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type")
 BACKENDS = ("auto", "hf", "vllm")
 # part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts), so no
 # run reuses a cell decided under older rules
@@ -39,13 +39,15 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """One model and the actor pool that hosts it."""
+    """One model and how it is hosted (``contamray.serve.hosting``: a Serve deployment, ``concurrency``
+    replicas of ``num_gpus`` / ``num_cpus`` each)."""
 
     name: str
     engine: dict[str, Any]  # EngineSpec fields (source, backend, dtype, ...)
     num_gpus: float = 0.0
     num_cpus: float = 1.0
     concurrency: int = 1
+    accelerator_type: str | None = None  # a Ray accelerator type the replicas need (e.g. "A100"); None = any
     inject: dict[str, Any] | None = None  # fine-tune the source on benchmark rows first (contamray.inject)
 
     @property
@@ -107,6 +109,7 @@ class Plan:
     seed: int
     data: dict[str, Any]
     ray: dict[str, Any]
+    serve: dict[str, Any] = field(default_factory=dict)  # model hosting: reuse / keep deployments
     cells: list[Cell] = field(default_factory=list)
     # benchmark name -> digest of the rows it loaded (``rows_digest``), set by the runner once the rows
     # are read, so a finished cell is reused only for the very same rows, not just the same config
@@ -257,6 +260,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         seed=int((c.get("run") or {}).get("seed", 0)),
         data=dict(c.get("data") or {}),
         ray=dict(c.get("ray") or {}),
+        serve=dict(c.get("serve") or {}),
     )
     closed = plan.closed_methods()
     if closed and not models:
@@ -457,6 +461,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         num_gpus=num_gpus,
         num_cpus=float(pool.get("num_cpus", 1) or 0),
         concurrency=concurrency,
+        accelerator_type=str(pool["accelerator_type"]) if pool.get("accelerator_type") else None,
         inject=dict(inject) if inject else None,
     )
 

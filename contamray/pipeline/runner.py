@@ -3,9 +3,10 @@
 Two phases, each stored as it finishes so an interrupted run loses nothing it computed:
 
 1. **Score.** Closed-data cells of one model run together, stage by stage: every cell's requests of
-   a stage go through one Ray Data pass over the model's engine actor pool (``map_batches`` with
-   ``ActorPoolStrategy``, ``num_gpus``/``num_cpus`` from the model's config), so the pool is shared
-   by all benchmarks and methods of the model; models run concurrently, each in its own pool.
+   a stage go to the model's Serve deployment (``contamray.serve.hosting``; ``num_gpus``/``num_cpus``
+   and ``concurrency`` replicas from the model's config), loaded once for the run and shared by all
+   benchmarks and methods of the model, and by every target that uses it as judge or reference
+   model; target models run concurrently.
    Open-data cells share one streaming pass over the corpus: the benchmark indexes are ``ray.put``
    once and every corpus batch is matched against all of them in CPU actors. Engine outputs and
    corpus matches go through CPU scoring actors (chunks of a cell); each cell's per-example table is
@@ -85,10 +86,11 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     if to_score:
         closed = [c for c in to_score if c.family == "closed"]
         opened = [c for c in to_score if c.family == "open"]
-        if opened:  # first: closed cells may depend on open ones, never the other way round
-            _score_open(plan, opened, records, failures, store, Path(output_dir))
-        if closed:
-            _score_closed(plan, closed, records, failures, store, injections)
+        with EnginePools(plan.ray, plan.serve) as engines:  # each model loads once for the whole run
+            if opened:  # first: closed cells may depend on open ones, never the other way round
+                _score_open(plan, opened, records, failures, store, Path(output_dir), engines)
+            if closed:
+                _score_closed(plan, closed, records, failures, store, injections, engines)
     _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
     frames, verdicts = [], []
     for cell in plan.cells:
@@ -149,13 +151,15 @@ def _score_closed(
     failures: dict[str, list[dict]],
     store: ResultStore,
     injections: Injections,
+    engines: EnginePools,
 ) -> None:
     models = [m for m in plan.models if any(c.model == m for c in cells)]
     with ThreadPoolExecutor(max_workers=max(1, len(models)), thread_name_prefix="model") as pool:
         futures = [
             pool.submit(
-                _score_closed_model, plan, m, [c for c in cells if c.model == m], records, failures, store, injections
-            )
+                _score_closed_model,
+                plan, m, [c for c in cells if c.model == m], records, failures, store, injections, engines,
+            )  # fmt: skip
             for m in models
         ]
         for future in futures:
@@ -170,6 +174,7 @@ def _score_closed_model(
     failures: dict[str, list[dict]],
     store: ResultStore,
     injections: Injections,
+    engines: EnginePools,
 ) -> None:
     target = injections.engine_pool(model_name)  # an injected model is fine-tuned here, once
     outputs: dict[str, dict[str, Output]] = {c.key: {} for c in cells}
@@ -177,38 +182,38 @@ def _score_closed_model(
     cell_errors: dict[str, str] = {}
     costs = EngineCosts()
     active, stage = list(cells), 0
-    with EnginePools(plan.ray) as engines:  # released before scoring: the scorers need the CPUs
-        while active:
-            by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
-            pools: dict[str, ModelPlan] = {}
-            still_active = []
-            for cell in active:
-                mp = plan.methods[cell.method]
-                try:
-                    reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
-                except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
-                    cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
-                    log.error("cell %s: %s", cell.key, cell_errors[cell.key])
-                    continue
-                if reqs:
-                    still_active.append(cell)
-                for req in reqs:
-                    request_records[cell.key][req.key] = req.record_ids
-                    pool = plan.pool_for_role(req.engine, model_name)
-                    pool = target if pool.name == model_name else pool
-                    pools[pool.name] = pool
-                    by_pool[pool.name].append((cell.key, req))
-            for pool_name in engines.live_first(list(by_pool)):
-                items = by_pool[pool_name]
-                log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
-                started = time.perf_counter()
-                label = f"model {model_name} stage {stage} on {pool_name}"
-                answered = engines.get(pools[pool_name]).answer(items, label=label)
-                costs.add_pass(answered, request_records, time.perf_counter() - started)
-                for cell_key, out, _ in answered:
-                    outputs[cell_key][out.key] = out
-            active = still_active
-            stage += 1
+    # the run holds its models (``EnginePools``): a judge or reference model serves every target
+    while active:
+        by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
+        pools: dict[str, ModelPlan] = {}
+        still_active = []
+        for cell in active:
+            mp = plan.methods[cell.method]
+            try:
+                reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
+            except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
+                cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
+                log.error("cell %s: %s", cell.key, cell_errors[cell.key])
+                continue
+            if reqs:
+                still_active.append(cell)
+            for req in reqs:
+                request_records[cell.key][req.key] = req.record_ids
+                pool = plan.pool_for_role(req.engine, model_name)
+                pool = target if pool.name == model_name else pool
+                pools[pool.name] = pool
+                by_pool[pool.name].append((cell.key, req))
+        for pool_name in by_pool:
+            items = by_pool[pool_name]
+            log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
+            started = time.perf_counter()
+            label = f"model {model_name} stage {stage} on {pool_name}"
+            answered = engines.get(pools[pool_name]).answer(items, label=label)
+            costs.add_pass(answered, request_records, time.perf_counter() - started)
+            for cell_key, out, _ in answered:
+                outputs[cell_key][out.key] = out
+        active = still_active
+        stage += 1
     payloads = []
     for cell in cells:
         scope = plan.methods[cell.method].method.score_scope
@@ -217,6 +222,7 @@ def _score_closed_model(
             ids = {r.id for r in chunk}
             outs = [o.to_row() for key, o in outputs[cell.key].items() if ids & set(request_records[cell.key][key])]
             payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
+    engines.make_room(cpus=float(plan.ray.get("scoring_concurrency", 1)))  # idle models make way for the scorers
     _score_cells(plan, cells, payloads, records, failures, store, cell_errors, injections.members(model_name), costs)
     _reduce(plan, _ready_to_reduce(plan, cells, store), store, injections)
 
@@ -235,6 +241,7 @@ def _score_open(
     failures: dict[str, list[dict]],
     store: ResultStore,
     output_dir: Path,
+    engines: EnginePools,
 ) -> None:
     from contamray.corpus import read_corpus
     from contamray.corpus.planted import prepare_corpus
@@ -271,7 +278,7 @@ def _score_open(
     _report_corpus_errors(scanned.errors, output_dir)
     for cell in cells:
         costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], scanned.seconds.get(cell.key, 0.0))
-    judged = _judge_open_cells(plan, cells, records, matches, costs)
+    judged = _judge_open_cells(plan, cells, records, matches, costs, engines)
     payloads = []
     for cell in cells:
         by_record: dict[str, list[dict]] = defaultdict(list)
@@ -313,6 +320,7 @@ def _judge_open_cells(
     records: dict[str, list[Record]],
     matches: dict[str, list[dict]],
     costs: EngineCosts,
+    engines: EnginePools,
 ) -> dict[str, list[Output]]:
     """Open-data methods with an LLM judge: their prompts about retrieved candidates, answered."""
     items: dict[str, list[tuple[str, Request]]] = defaultdict(list)
@@ -328,14 +336,15 @@ def _judge_open_cells(
             items[pool.name].append((cell.key, req))
             request_records[cell.key][req.key] = req.record_ids
     judged: dict[str, list[Output]] = {c.key: [] for c in cells if "judge" in plan.methods[c.method].roles()}
-    with EnginePools(plan.ray) as engines:
-        for pool_name, pool_items in items.items():
-            log.info("judging %d open-data candidates on engine pool %s", len(pool_items), pool_name)
-            started = time.perf_counter()
-            answered = engines.get(pools[pool_name]).answer(pool_items, label=f"open-data judge on {pool_name}")
-            costs.add_pass(answered, request_records, time.perf_counter() - started)
-            for cell_key, out, _ in answered:
-                judged[cell_key].append(out)
+    for pool_name, pool_items in items.items():
+        log.info("judging %d open-data candidates on model %s", len(pool_items), pool_name)
+        started = time.perf_counter()
+        answered = engines.get(pools[pool_name]).answer(pool_items, label=f"open-data judge on {pool_name}")
+        costs.add_pass(answered, request_records, time.perf_counter() - started)
+        for cell_key, out, _ in answered:
+            judged[cell_key].append(out)
+    if items:
+        engines.make_room(cpus=float(plan.ray.get("scoring_concurrency", 1)))  # idle models make way for the scorers
     return judged
 
 

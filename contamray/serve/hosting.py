@@ -1,0 +1,268 @@
+"""Models hosted once, as Ray Serve deployments, shared by every stage of a run and by the on-demand API.
+
+One Serve *application* per model spec hosts the model: a deployment of ``EngineReplica`` with
+``concurrency`` replicas, each with the model's ``num_gpus`` / ``num_cpus`` (and ``accelerator_type``
+when the model config names one). Its name is ``contamray-<digest>``, the digest of the engine spec
+and its resources, so two models of a run with the same spec (the canary's target serving as its own
+open-data judge, a judge shared by a zoo of targets) are one deployment, and a deployment left up by
+an earlier run or by ``contamray serve`` is found again (``serve.reuse``).
+
+Batch stages reach a replica through the application's ``DeploymentHandle`` (``EnginePool.answer`` in
+``contamray.pipeline.engine_pool``), with ``ray.batches_in_flight`` batches per replica: the next batch
+is already at the replica while it computes (a replica answers one batch at a time, on a thread, so
+its event loop stays free for Serve's health checks and for queueing the next batch).
+
+``Hosts`` is the process's registry of what it deployed. A run holds its models from their first use to
+its end (``Hosts.hold`` / ``Hosts.release``): each model loads once per run. It deletes what it
+deployed when the last run holding it ends, unless ``serve.keep`` is set (the deployment then outlives
+the run, for the next run or the API to reuse). When the cluster has not the resources for a model the
+run needs (a CPU machine hosting a target, a judge and a reference model), the least recently used
+model no stage is using is deleted first (and reloaded if a later stage needs it, logged as such): a run
+never waits on resources its own idle models hold. ``make_room`` does the same for the CPU scoring
+actors.
+
+A replica that dies (out of memory, a lost node, killed) is replaced by Serve; the batches it held are
+sent again (``EnginePool.answer``), and answers do not depend on which replica computed them (greedy
+decoding, per-request seeds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from contamray.engines.wire import Request
+from contamray.pipeline.plan import ModelPlan
+
+log = logging.getLogger("contamray")
+
+APP_PREFIX = "contamray-"
+DEPLOYMENT = "engine"
+# Serve replaces a replica whose health check fails; a replica answers on a thread, so its loop stays
+# responsive, but a model's first load on a busy CPU node can take minutes.
+HEALTH_CHECK_PERIOD_S = 10.0
+HEALTH_CHECK_TIMEOUT_S = 120.0
+RESOURCE_WAIT_S = 30.0  # how long to wait for freed resources to show after deleting a deployment
+
+
+class EngineReplica:
+    """One replica of a model: builds the engine once, answers batches of requests (JSON rows)."""
+
+    def __init__(self, engine_spec: dict[str, Any], model: str) -> None:
+        from contamray.engines import EngineSpec, build_engine
+
+        started = time.perf_counter()
+        self.engine = build_engine(EngineSpec(**engine_spec))
+        self.model = model
+        self.lock = asyncio.Lock()
+        log.info("engine replica of %s loaded in %.1f s", model, time.perf_counter() - started)
+
+    async def answer(self, batch: dict[str, Any]) -> dict[str, list[str]]:
+        """``batch``: columns ``cell`` and ``request`` (JSON rows); returns ``cell`` and ``output`` (JSON)."""
+        from contamray.pipeline.actors import answer_requests
+
+        requests = [Request.from_row(json.loads(r)) for r in batch["request"]]
+        async with self.lock:  # one batch computes at a time; the next waits here, already delivered
+            outputs = await asyncio.to_thread(answer_requests, self.engine, requests)
+        return {"cell": list(batch["cell"]), "output": [json.dumps(o.to_row()) for o in outputs]}
+
+
+def app_name(pool: ModelPlan) -> str:
+    """The Serve application hosting ``pool``'s model: a digest of what makes two hosts interchangeable
+    (the engine spec and the replicas' resources), not of the model's name in this run."""
+    spec = {
+        "engine": pool.engine,
+        "num_gpus": pool.num_gpus,
+        "num_cpus": pool.num_cpus,
+        "concurrency": pool.concurrency,
+        "accelerator_type": pool.accelerator_type,
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return APP_PREFIX + digest
+
+
+def replica_options(pool: ModelPlan) -> dict[str, Any]:
+    """Ray actor options of one replica of ``pool``."""
+    options: dict[str, Any] = {"num_cpus": pool.num_cpus, "num_gpus": pool.num_gpus}
+    if pool.accelerator_type:
+        options["accelerator_type"] = pool.accelerator_type
+    return options
+
+
+def running_apps() -> set[str]:
+    """Names of the contamray engine applications up and running on the cluster."""
+    from ray import serve
+
+    try:
+        status = serve.status()
+    except Exception:  # noqa: BLE001 - no Serve instance yet: nothing is running
+        return set()
+    return {
+        name for name, app in status.applications.items() if name.startswith(APP_PREFIX) and app.status == "RUNNING"
+    }
+
+
+def start_serve() -> None:
+    """Connect to the cluster's Serve instance, starting one (without HTTP proxies) if there is none."""
+    from ray import serve
+
+    try:
+        serve.status()
+        return
+    except Exception:  # noqa: BLE001 - none running: start one below
+        pass
+    serve.start(proxy_location="Disabled")
+
+
+@dataclass
+class Hosted:
+    """What the registry knows of one application."""
+
+    app: str
+    pool: ModelPlan
+    created: bool  # deployed by this process (it may delete it); False when reused
+    holders: set[str] = field(default_factory=set)  # runs holding it
+    busy: int = 0  # passes using it right now
+    last_used: float = 0.0
+
+
+@dataclass
+class Hosts:
+    """The engine applications this process uses; one registry per process (``HOSTS``)."""
+
+    apps: dict[str, Hosted] = field(default_factory=dict)
+    loads: dict[str, int] = field(default_factory=dict)  # deployments made by this process, per application
+    deploy_lock: threading.RLock = field(default_factory=threading.RLock)
+    count_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hold(self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]) -> str:
+        """The application of ``pool``, deployed if it is not up; ``run`` holds it until ``release``."""
+        app = app_name(pool)
+        with self.deploy_lock:
+            hosted = self.apps.get(app)
+            if hosted is None or app not in running_apps():
+                hosted = self._deploy(app, pool, serve_cfg, ray_cfg, reuse=hosted is None)
+            hosted.holders.add(run)
+            return app
+
+    def _deploy(
+        self, app: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any], reuse: bool
+    ) -> Hosted:
+        from ray import serve
+
+        start_serve()
+        if reuse and bool(serve_cfg.get("reuse", True)) and app in running_apps():
+            log.info("model %s: reusing the running deployment %s (serve.reuse)", pool.name, app)
+            hosted = Hosted(app=app, pool=pool, created=False)
+            self.apps[app] = hosted
+            return hosted
+        replicas = max(1, pool.concurrency)  # idle models make way (Serve would wait for their resources)
+        self.make_room(cpus=pool.num_cpus * replicas, gpus=pool.num_gpus * replicas, keep=app)
+        in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2)))
+        deployment = serve.deployment(
+            EngineReplica,
+            name=DEPLOYMENT,
+            num_replicas=max(1, pool.concurrency),
+            ray_actor_options=replica_options(pool),
+            max_ongoing_requests=in_flight,
+            health_check_period_s=HEALTH_CHECK_PERIOD_S,
+            health_check_timeout_s=HEALTH_CHECK_TIMEOUT_S,
+        )
+        loads = self.loads[app] = self.loads.get(app, 0) + 1
+        verb = "loading" if loads == 1 else f"reloading (load {loads} of this process)"
+        log.info("model %s: %s as Serve application %s (%d replica(s))", pool.name, verb, app, pool.concurrency)
+        started = time.perf_counter()
+        serve.run(
+            deployment.bind(dict(pool.engine), pool.name),
+            name=app,
+            route_prefix=None,
+            logging_config={"enable_access_log": False},  # one line per batch otherwise; progress says enough
+        )
+        log.info("model %s: deployment %s up in %.1f s", pool.name, app, time.perf_counter() - started)
+        hosted = Hosted(app=app, pool=pool, created=True)
+        self.apps[app] = hosted
+        return hosted
+
+
+    def make_room(self, cpus: float = 0.0, gpus: float = 0.0, keep: str = "") -> None:
+        """Free ``cpus`` / ``gpus`` by deleting idle deployments this process made (least recently used
+        first); a later stage that needs one deploys it again."""
+        import ray
+
+        with self.deploy_lock:
+            while not _fits(ray.available_resources(), cpus, gpus):
+                with self.count_lock:
+                    idle = [h for h in self.apps.values() if h.created and h.busy == 0 and h.app != keep]
+                if not idle:
+                    return
+                victim = min(idle, key=lambda h: h.last_used)
+                log.info(
+                    "model %s: deleting its idle deployment %s to free %s CPU / %s GPU (it is loaded again if a later "
+                    "stage needs it; a cluster with room for every model of the run loads each once)",
+                    victim.pool.name, victim.app, cpus, gpus,
+                )  # fmt: skip
+                self._delete(victim)
+                _wait_for(lambda: _fits(ray.available_resources(), cpus, gpus), RESOURCE_WAIT_S)
+
+    def _delete(self, hosted: Hosted) -> None:
+        from ray import serve
+
+        serve.delete(hosted.app)
+        self.apps.pop(hosted.app, None)
+
+    def release(self, run: str, keep: bool) -> None:
+        """``run`` is done with its models: delete those this process deployed that no run holds any more,
+        unless ``keep``."""
+        with self.deploy_lock:
+            for hosted in list(self.apps.values()):
+                hosted.holders.discard(run)
+                if hosted.holders or not hosted.created:
+                    continue
+                if keep:
+                    log.info("model %s: deployment %s kept up (serve.keep)", hosted.pool.name, hosted.app)
+                    self.apps.pop(hosted.app)
+                    continue
+                self._delete(hosted)
+                log.info("model %s: deployment %s deleted", hosted.pool.name, hosted.app)
+
+    def using(self, app: str) -> _Use:
+        return _Use(self, app)
+
+
+class _Use:
+    """Marks an application busy (not evictable) while a pass uses it."""
+
+    def __init__(self, hosts: Hosts, app: str) -> None:
+        self.hosts, self.app = hosts, app
+
+    def __enter__(self) -> None:
+        with self.hosts.count_lock:
+            hosted = self.hosts.apps.get(self.app)
+            if hosted is not None:
+                hosted.busy += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.hosts.count_lock:
+            hosted = self.hosts.apps.get(self.app)
+            if hosted is not None:
+                hosted.busy -= 1
+                hosted.last_used = time.monotonic()
+
+
+def _fits(available: dict[str, float], cpus: float, gpus: float) -> bool:
+    return available.get("CPU", 0.0) + 1e-9 >= cpus and available.get("GPU", 0.0) + 1e-9 >= gpus
+
+
+def _wait_for(condition: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+HOSTS = Hosts()

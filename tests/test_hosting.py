@@ -1,0 +1,117 @@
+"""Models hosted as Ray Serve deployments (``contamray/serve/hosting.py``), on a real local Ray.
+
+- A run of two target models sharing one judge and one reference model loads each of the four models
+  exactly once: every Serve replica ever started is read back from Ray's state API (dead ones too).
+- A deployment kept up by a run (``serve.keep``) is reused by the next run of the same model spec
+  (``serve.reuse``): no new replica.
+- A replica killed mid-run (by its actor id) is replaced by Serve, the batches it held are sent again,
+  and the run's scores and verdicts equal those of the undisturbed run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pandas as pd
+import pytest
+import ray
+from ray import serve
+from ray.util.state import list_actors
+
+from contamray.run import run
+from contamray.serve.hosting import HOSTS, running_apps
+from tests.test_config import composed
+
+FP32 = "source:smollm2-135m,backend:hf,dtype:float32"
+STATE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def roomy_ray():
+    """A local Ray with room for four CPU replicas plus a scorer (logical CPUs), alone in this module."""
+    if ray.is_initialized():
+        ray.shutdown()
+    context = ray.init(num_cpus=6, include_dashboard=True, log_to_driver=False)
+    STATE["address"] = f"http://{context.dashboard_url}"  # this Ray's, whatever else runs on the machine
+    yield
+    serve.shutdown()
+    ray.shutdown()
+
+
+def replica_starts() -> Counter:
+    """Serve replicas ever started per engine application (alive or dead)."""
+    actors = list_actors(address=STATE["address"], detail=False, limit=10_000, raise_on_missing_output=False)
+    return Counter(a.class_name for a in actors if (a.class_name or "").startswith("ServeReplica:contamray-"))
+
+
+def test_two_targets_share_one_judge_and_one_reference_model_each_loaded_once(roomy_ray, tmp_path, mirror_dir):
+    before = replica_starts()
+    cfg = composed(
+        "model=[smollm2_135m_fp32,smollm2_135m]", "models.smollm2_135m.dtype=float32",
+        "models.smollm2_135m.batch_size=8", "benchmark=[synthetic_facts]", "run.limit=4", "corpus=none",
+        "method=[guided_prompting,reference_ratio]", "methods.guided_prompting.max_tokens=6",
+        "methods.guided_prompting.judge=true", "methods.guided_prompting.self_judge=true",
+        f"judge={{{FP32},batch_size:4}}", f"reference_model={{{FP32},batch_size:2}}", f"data.mirror_dir={mirror_dir}",
+    )  # fmt: skip
+    cfg.run.output_dir = str(tmp_path / "zoo")
+    run(cfg)
+    # (the one embedded model plays all four parts, each its own spec: self_judge acknowledges that the
+    # judge has the targets' weights)
+    started = replica_starts() - before
+    # two targets, one judge, one reference model: four deployments, one replica start each
+    assert len(started) == 4 and set(started.values()) == {1}, started
+    partitions = pd.read_parquet(tmp_path / "zoo" / "partitions.parquet")
+    assert set(partitions["model"]) == {"smollm2_135m_fp32", "smollm2_135m"}
+    assert not running_apps()  # the run deleted what it deployed (serve.keep is false)
+
+
+def _scores(out) -> tuple[pd.DataFrame, pd.DataFrame]:
+    examples = pd.read_parquet(out / "examples.parquet")
+    keep = [c for c in examples.columns if c in ("record_id", "method", "score", "mean_logprob", "error")]
+    partitions = pd.read_parquet(out / "partitions.parquet")[["method", "statistic", "p_value", "decision"]]
+    return examples[keep].sort_values(["method", "record_id"]).reset_index(drop=True), partitions
+
+
+def test_a_kept_deployment_is_reused_and_a_killed_replica_is_replaced(roomy_ray, tmp_path, mirror_dir):
+    overrides = (
+        "model=[smollm2_135m_fp32]", "benchmark=[synthetic_facts]", "run.limit=16", "corpus=none",
+        "method=[perplexity,min_k]", "ray.request_batch_size=2", f"data.mirror_dir={mirror_dir}",
+    )  # fmt: skip
+    first = composed(*overrides, "serve.keep=true")
+    first.run.output_dir = str(tmp_path / "undisturbed")
+    run(first)
+    (app,) = running_apps()  # kept up for the next run
+    name = f"ServeReplica:{app}:engine"
+    assert replica_starts()[name] == 1
+
+    killed: list[str] = []
+
+    def kill_mid_pass() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            hosted = HOSTS.apps.get(app)
+            if hosted is not None and hosted.busy > 0:
+                time.sleep(0.5)  # a few batches in
+                (replica,) = list_actors(
+                    address=STATE["address"], filters=[("class_name", "=", name), ("state", "=", "ALIVE")]
+                )
+                ray.kill(ray.get_actor(replica.name, namespace="serve"))
+                killed.append(replica.actor_id)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_mid_pass)
+    killer.start()
+    second = composed(*overrides)
+    second.run.output_dir = str(tmp_path / "disturbed")
+    run(second)
+    killer.join()
+    assert killed, "the pass ended before the replica could be killed"
+    assert replica_starts()[name] == 2  # the reused replica (no new load until it was killed) and its replacement
+    undisturbed, disturbed = _scores(tmp_path / "undisturbed"), _scores(tmp_path / "disturbed")
+    pd.testing.assert_frame_equal(undisturbed[0], disturbed[0])
+    pd.testing.assert_frame_equal(undisturbed[1], disturbed[1])
+    assert app in running_apps()  # reused, not deployed by the second run: left for its owner
+    serve.delete(app)
