@@ -62,7 +62,7 @@ def test_generations_share_only_when_prompt_sampling_and_chat_agree() -> None:
 
 
 def test_costs_are_split_between_the_sharers() -> None:
-    from contamray.pipeline.runner import EngineCosts
+    from contamray.pipeline.cells import EngineCosts
 
     same = _score("x", "same text")
     items = [("c1", same), ("c2", same), ("c3", _score("y", "other", ids=("r2",)))]

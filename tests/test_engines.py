@@ -33,7 +33,7 @@ from contamray.engines import models as models_mod
 from contamray.engines.hf import HFEngine
 from contamray.methods.base import Output, Request, Sampling
 from contamray.pipeline.actors import answer_requests
-from contamray.pipeline.runner import EngineCosts
+from contamray.pipeline.cells import EngineCosts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -309,6 +309,28 @@ def test_sampled_generation_follows_the_seed(hf32: HFEngine) -> None:
     assert len(set(runs.values())) > 1  # 12 tokens at temperature 1: three seeds do not all agree
 
 
+def test_n_samples_of_a_request_are_fixed_by_its_seed_whatever_the_batch(hf32: HFEngine) -> None:
+    from contamray.engines.wire import Output, Request
+    from contamray.pipeline.actors import answer_requests
+
+    sampling = Sampling(max_tokens=8, temperature=1.0, seed=5, n=3)
+    (alone,) = hf32.complete(["Write a word:"], sampling)
+    batched = hf32.complete(["Another, longer prompt than that one", "Write a word:"], sampling)[1]
+    assert len(alone.samples) == len(alone.sample_ids) == 3
+    assert (alone.samples, alone.sample_ids) == (batched.samples, batched.sample_ids)
+    assert len(set(alone.samples)) > 1  # 8 tokens at temperature 1
+    assert alone.text == alone.samples[0] and alone.new_tokens == sum(map(len, alone.sample_ids))
+    for text, ids in zip(alone.samples, alone.sample_ids):
+        assert hf32.tokenizer.decode(ids, skip_special_tokens=True).strip() == text.strip()
+    (greedy,) = hf32.complete(["Write a word:"], Sampling(max_tokens=6, n=2))
+    assert greedy.samples == [greedy.text] * 2
+    # the samples and their ids cross actors on the Output
+    req = Request(key="k", record_ids=("r",), kind="generate", text="Write a word:", sampling=sampling)
+    (out,) = answer_requests(hf32, [req])
+    assert Output.from_row(out.to_row()) == out
+    assert (out.texts, out.token_ids) == (alone.samples, alone.sample_ids)
+
+
 def test_empty_prompt_is_refused(hf32: HFEngine) -> None:
     with pytest.raises(ValueError, match="prompt #1 is empty"):
         hf32.generate(["Hello", ""], Sampling(max_tokens=2))
@@ -359,6 +381,11 @@ def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
             prompts, Sampling(max_tokens=12), max_tokens=limits
         )
         assert engine.score(TEXTS[:1])[0].truncated == 0
+        # n samples of one request (one SamplingParams with n, seeded), the same on a second call
+        sampled = Sampling(max_tokens=6, temperature=1.0, seed=3, n=3)
+        (first,) = engine.complete(prompts[:1], sampled)
+        assert len(first.samples) == len(first.sample_ids) == 3 and first.text == first.samples[0]
+        assert engine.complete(prompts[:1], sampled)[0].samples == first.samples
     finally:
         engine.close()
 

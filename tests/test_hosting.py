@@ -79,12 +79,13 @@ def test_a_kept_deployment_is_reused_and_a_killed_replica_is_replaced(roomy_ray,
         "model=[smollm2_135m_fp32]", "benchmark=[synthetic_facts]", "run.limit=16", "corpus=none",
         "method=[perplexity,min_k]", "ray.request_batch_size=2", f"data.mirror_dir={mirror_dir}",
     )  # fmt: skip
+    before = replica_starts()  # replicas of the same spec an earlier test started (and deleted) stay listed
     first = composed(*overrides, "serve.keep=true")
     first.run.output_dir = str(tmp_path / "undisturbed")
     run(first)
     (app,) = running_apps()  # kept up for the next run
     name = f"ServeReplica:{app}:engine"
-    assert replica_starts()[name] == 1
+    assert replica_starts()[name] - before[name] == 1
 
     killed: list[str] = []
 
@@ -109,7 +110,8 @@ def test_a_kept_deployment_is_reused_and_a_killed_replica_is_replaced(roomy_ray,
     run(second)
     killer.join()
     assert killed, "the pass ended before the replica could be killed"
-    assert replica_starts()[name] == 2  # the reused replica (no new load until it was killed) and its replacement
+    # the reused replica (no new load until it was killed) and its replacement
+    assert replica_starts()[name] - before[name] == 2
     undisturbed, disturbed = _scores(tmp_path / "undisturbed"), _scores(tmp_path / "disturbed")
     pd.testing.assert_frame_equal(undisturbed[0], disturbed[0])
     pd.testing.assert_frame_equal(undisturbed[1], disturbed[1])

@@ -8,7 +8,8 @@ serves every method:
   ``complete`` is the same call returning, with each text, the prompt tokens read, the tokens
   generated and the prompt tokens left out (``Completion``); its ``max_tokens`` gives each prompt its
   own generation length in the same call (``token_limits``), so requests that differ only in length
-  share a batch;
+  share a batch; ``sampling.n`` samples per prompt, with their generated token ids, all fixed by
+  ``sampling.seed`` whatever else is in the batch;
 - ``score(texts, with_vocab_stats)``: per-token log-probabilities of each whole text, the first token
   excluded (it has no prefix); with ``with_vocab_stats`` also the mean and standard deviation of the
   next-token log-probability over the vocabulary at each scored position (Min-K%++ needs them).
@@ -61,13 +62,15 @@ class TokenScores:
 @dataclass
 class Completion:
     """One generation: the new ``text``, the ``prompt_tokens`` the model read (after any chat template
-    and cut), the ``new_tokens`` it generated, and the prompt tokens ``truncated`` (left out, from the
-    start of the prompt, to fit the context with ``max_tokens``)."""
+    and cut), the ``new_tokens`` it generated (all samples), and the prompt tokens ``truncated`` (left
+    out, from the start of the prompt, to fit the context with ``max_tokens``)."""
 
     text: str
     prompt_tokens: int = 0
     new_tokens: int = 0
     truncated: int = 0
+    samples: list[str] = field(default_factory=list)  # every sample's text (``Sampling.n``); text = samples[0]
+    sample_ids: list[list[int]] = field(default_factory=list)  # the ids each sample generated
 
     @property
     def num_tokens(self) -> int:

@@ -15,7 +15,7 @@ Two requests are the same work when the engine would compute the same thing for 
 
 The request's ``key``, ``record_ids``, ``stage`` and ``engine`` role are the owner's bookkeeping, not the
 engine's work, and do not count. Costs: ``expand`` says how many owners each answer served, so each
-owner is charged its share of the tokens and seconds (``pipeline.runner.EngineCosts``), and a cell's
+owner is charged its share of the tokens and seconds (``pipeline.cells.EngineCosts``), and a cell's
 cost is what it added to the run, not what it would have cost alone.
 """
 

@@ -347,24 +347,38 @@ class HFEngine:
         stops = [s for s in sampling.stop if s]
         if stops:
             config_kwargs["stop_strings"] = stops
-        gen_config = GenerationConfig(**config_kwargs)
         extra: dict[str, Any] = {"tokenizer": self.tokenizer} if stops else {}
-        results = [Completion(text="", prompt_tokens=len(ids), truncated=n) for ids, n in zip(encoded, truncated)]
+        n = max(1, int(sampling.n))
+        results = [Completion(text="", prompt_tokens=len(ids), truncated=k) for ids, k in zip(encoded, truncated)]
         with torch.inference_mode():
-            if not greedy:
-                torch.manual_seed(sampling.seed)
-            for bucket in length_buckets([len(s) for s in encoded], self.batch_size):
-                seqs = [encoded[i] for i in bucket]
-                ids, mask = self._pad_left(seqs)
-                out = self.model.generate(
-                    input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra
-                )
-                new = out[:, ids.shape[1] :].tolist()
-                for i, prompt_ids, new_ids in zip(bucket, seqs, new):
-                    kept = self._until_eos(new_ids)[: limits[i]]
-                    results[i].text = cut_at_stop(self._decode_continuation(prompt_ids, kept), stops)
-                    results[i].new_tokens = len(kept)
+            if greedy:  # batched; n greedy samples are one sample n times
+                gen_config = GenerationConfig(**config_kwargs)
+                for bucket in length_buckets([len(s) for s in encoded], self.batch_size):
+                    seqs = [encoded[i] for i in bucket]
+                    ids, mask = self._pad_left(seqs)
+                    out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra)
+                    for i, prompt_ids, new_ids in zip(bucket, seqs, out[:, ids.shape[1] :].tolist()):
+                        self._fill(results[i], prompt_ids, [new_ids] * n, limits[i], stops)
+            else:  # one call per prompt, seeded first: its samples do not depend on what else is in the batch
+                for i, prompt_ids in enumerate(encoded):
+                    torch.manual_seed(sampling.seed)
+                    gen_config = GenerationConfig(**{**config_kwargs, "max_new_tokens": limits[i]},
+                                                  num_return_sequences=n)  # fmt: skip
+                    ids, mask = self._pad_left([prompt_ids])
+                    out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra)
+                    self._fill(results[i], prompt_ids, out[:, ids.shape[1] :].tolist(), limits[i], stops)
         return results
+
+    def _fill(
+        self, result: Completion, prompt_ids: list[int], samples: list[list[int]], limit: int, stops: list[str]
+    ) -> None:
+        """A completion's samples from the generated ids (each cut at end-of-sequence and ``limit``)."""
+        for new_ids in samples:
+            kept = self._until_eos(new_ids)[:limit]
+            result.samples.append(cut_at_stop(self._decode_continuation(prompt_ids, kept), stops))
+            result.sample_ids.append(kept)
+            result.new_tokens += len(kept)
+        result.text = result.samples[0]
 
     def _eos_ids(self) -> list[int] | None:
         eos = getattr(self.model.generation_config, "eos_token_id", None)

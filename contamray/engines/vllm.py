@@ -80,12 +80,16 @@ def vllm_dtype(dtype: str, where: str = "dtype") -> str:
     return str(value).replace("torch.", "")
 
 
+def _generated_ids(sample: Any) -> list[int]:
+    """A sample's generated ids, the end-of-sequence token left out (as ``HFEngine`` leaves it)."""
+    ids = list(sample.token_ids)
+    ended_on_eos = sample.finish_reason == "stop" and sample.stop_reason is None
+    return ids[:-1] if ended_on_eos and ids else ids
+
+
 def _new_tokens(out: Any) -> int:
-    """Tokens generated, the end-of-sequence token not counted (as ``HFEngine`` counts them)."""
-    first = out.outputs[0]
-    n = len(first.token_ids)
-    ended_on_eos = first.finish_reason == "stop" and first.stop_reason is None
-    return n - 1 if ended_on_eos and n else n
+    """Tokens generated over all samples, end-of-sequence tokens not counted (as ``HFEngine`` counts them)."""
+    return sum(len(_generated_ids(o)) for o in out.outputs)
 
 
 class VLLMEngine:
@@ -213,6 +217,7 @@ class VLLMEngine:
                 top_p=1.0 if greedy else sampling.top_p,
                 stop=[s for s in sampling.stop if s] or None,
                 seed=None if greedy else sampling.seed,
+                n=max(1, int(sampling.n)),
             )
             for m in limits
         ]
@@ -222,8 +227,15 @@ class VLLMEngine:
             [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False
         )
         return [
-            Completion(text=out.outputs[0].text, prompt_tokens=len(ids), new_tokens=_new_tokens(out), truncated=n)
-            for out, ids, n in zip(outputs, encoded, truncated)
+            Completion(
+                text=out.outputs[0].text,
+                prompt_tokens=len(ids),
+                new_tokens=_new_tokens(out),
+                truncated=k,
+                samples=[o.text for o in out.outputs],
+                sample_ids=[_generated_ids(o) for o in out.outputs],
+            )
+            for out, ids, k in zip(outputs, encoded, truncated)
         ]
 
     def close(self) -> None:

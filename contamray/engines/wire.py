@@ -18,13 +18,18 @@ from typing import Any, Literal
 
 @dataclass(frozen=True)
 class Sampling:
-    """Generation parameters; greedy by default (temperature 0), as the guided-prompting paper."""
+    """Generation parameters; greedy by default (temperature 0), as the guided-prompting paper.
+
+    ``n`` samples of one prompt come from one request (the prompt is read once where the engine can
+    share it, as vLLM does); ``seed`` fixes all of them, whatever batch or replica the request lands in.
+    """
 
     max_tokens: int = 64
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int = 0
+    n: int = 1
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,11 @@ class Request:
 class Output:
     """An engine's answer to one Request.
 
-    ``text`` for generation; for scoring, ``token_logprobs`` are the log-probabilities of every token
-    of the text given its prefix (first token excluded) and ``num_tokens`` the scored count.
+    ``text`` for generation (the first sample), ``texts`` every one of the request's ``sampling.n``
+    samples and ``token_ids`` the ids each generated (end-of-sequence excluded; a stop string's text is
+    cut from ``texts``, the ids that produced it are kept); for scoring, ``token_logprobs`` are the
+    log-probabilities of every token of the text given its prefix (first token excluded) and
+    ``num_tokens`` the scored count.
     ``token_mean`` / ``token_std`` are, per scored position, the mean and standard deviation of the
     next-token log-probability over the vocabulary (Min-K%++), filled only when asked for.
     ``truncated`` counts the tokens of the request the engine had to leave out (a prompt or text
@@ -90,6 +98,8 @@ class Output:
     token_std: list[float] = field(default_factory=list)
     truncated: int = 0
     error: str = ""
+    texts: list[str] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
 
     def to_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,4 +110,7 @@ class Output:
         values = {k: row[k] for k in names if k in row}
         for name in ("token_logprobs", "token_mean", "token_std"):
             values[name] = [float(x) for x in (values.get(name) if values.get(name) is not None else [])]
+        values["texts"] = [str(t) for t in (values.get("texts") if values.get("texts") is not None else [])]
+        ids = values.get("token_ids") if values.get("token_ids") is not None else []
+        values["token_ids"] = [[int(t) for t in sample] for sample in ids]
         return cls(**values)

@@ -74,7 +74,14 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
                                       max_tokens=limits)  # fmt: skip
         # num_tokens: tokens the engine processed (prompt as read + completion), the request's cost
         return [
-            Output(key=r.key, text=c.text, num_tokens=int(c.num_tokens), truncated=int(c.truncated))
+            Output(
+                key=r.key,
+                text=c.text,
+                num_tokens=int(c.num_tokens),
+                truncated=int(c.truncated),
+                texts=list(c.samples or [c.text]),
+                token_ids=[list(map(int, ids)) for ids in c.sample_ids],
+            )
             for r, c in zip(reqs, completions, strict=True)
         ]
     scores = engine.score(texts, with_vocab_stats=bool(option))

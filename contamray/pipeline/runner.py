@@ -34,8 +34,17 @@ import ray
 
 from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.engines.wire import Output, Request
-from contamray.methods.base import ERROR, NOT_APPLICABLE
+from contamray.methods.base import NOT_APPLICABLE
 from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
+from contamray.pipeline.cells import (
+    SCORE_CHUNK,
+    EngineCosts,
+    chunk_payloads,
+    chunks,
+    example_table,
+    reduce_verdict,
+    run_stages,
+)
 from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.placement import cpu_work_options
@@ -45,7 +54,6 @@ from contamray.pipeline.store import ResultStore
 from contamray.records import Record
 
 log = logging.getLogger("contamray")
-SCORE_CHUNK = 64  # examples per scoring task: small enough to spread, large enough to amortise
 # One benchmark load at a time per process: concurrent multirun jobs share the driver, and `datasets`
 # (its tqdm thread_map lock) fails when two threads load at once.
 _LOADING = threading.Lock()
@@ -177,53 +185,14 @@ def _score_closed_model(
     engines: EnginePools,
 ) -> None:
     target = injections.engine_pool(model_name)  # an injected model is fine-tuned here, once
-    outputs: dict[str, dict[str, Output]] = {c.key: {} for c in cells}
-    request_records: dict[str, dict[str, tuple[str, ...]]] = {c.key: {} for c in cells}
-    cell_errors: dict[str, str] = {}
     costs = EngineCosts()
-    active, stage = list(cells), 0
+    work = {c.key: (plan.methods[c.method], records[c.benchmark]) for c in cells}
     # the run holds its models (``EnginePools``): a judge or reference model serves every target
-    while active:
-        by_pool: dict[str, list[tuple[str, Request]]] = defaultdict(list)
-        pools: dict[str, ModelPlan] = {}
-        still_active = []
-        for cell in active:
-            mp = plan.methods[cell.method]
-            try:
-                reqs = mp.method.requests(records[cell.benchmark], mp.config(), stage, outputs[cell.key])
-            except Exception as err:  # noqa: BLE001 - the cell fails, the run goes on
-                cell_errors[cell.key] = f"requests failed at stage {stage}: {type(err).__name__}: {err}"
-                log.error("cell %s: %s", cell.key, cell_errors[cell.key])
-                continue
-            if reqs:
-                still_active.append(cell)
-            for req in reqs:
-                request_records[cell.key][req.key] = req.record_ids
-                pool = plan.pool_for_role(req.engine, model_name)
-                pool = target if pool.name == model_name else pool
-                pools[pool.name] = pool
-                by_pool[pool.name].append((cell.key, req))
-        for pool_name in by_pool:
-            items = by_pool[pool_name]
-            log.info("model %s stage %d: %d requests on engine pool %s", model_name, stage, len(items), pool_name)
-            started = time.perf_counter()
-            label = f"model {model_name} stage {stage} on {pool_name}"
-            answered = engines.get(pools[pool_name]).answer(items, label=label)
-            costs.add_pass(answered, request_records, time.perf_counter() - started)
-            for cell_key, out, _ in answered:
-                outputs[cell_key][out.key] = out
-        active = still_active
-        stage += 1
-    payloads = []
-    for cell in cells:
-        scope = plan.methods[cell.method].method.score_scope
-        size = SCORE_CHUNK if scope == "example" else max(1, len(records[cell.benchmark]))
-        for chunk in _chunks(records[cell.benchmark], size):
-            ids = {r.id for r in chunk}
-            outs = [o.to_row() for key, o in outputs[cell.key].items() if ids & set(request_records[cell.key][key])]
-            payloads.append((cell, {"records": [r.to_row() for r in chunk], "outputs": outs}))
+    stages = run_stages(plan, model_name, work, engines, target=target, costs=costs)
+    by_key = {c.key: c for c in cells}
+    payloads = [(by_key[key], payload) for key, payload in chunk_payloads(work, stages)]
     engines.make_room(cpus=float(plan.ray.get("scoring_concurrency", 1)))  # idle models make way for the scorers
-    _score_cells(plan, cells, payloads, records, failures, store, cell_errors, injections.members(model_name), costs)
+    _score_cells(plan, cells, payloads, records, failures, store, stages.errors, injections.members(model_name), costs)
     _reduce(plan, _ready_to_reduce(plan, cells, store), store, injections)
 
 
@@ -286,7 +255,7 @@ def _score_open(
             by_record[str(m["record_id"])].append(m)
         scope = plan.methods[cell.method].method.score_scope
         size = SCORE_CHUNK if scope == "example" else max(1, len(records[cell.benchmark]))
-        for chunk in _chunks(records[cell.benchmark], size):
+        for chunk in chunks(records[cell.benchmark], size):
             payload: dict[str, Any] = {
                 "records": [r.to_row() for r in chunk],
                 "matches": [m for r in chunk for m in by_record[r.id]],
@@ -384,16 +353,15 @@ def _score_cells(
                 rows_by_cell[str(row["cell"])].extend(json.loads(row["rows"]))
                 progress.update(1)
     for cell in cells:
-        rows = rows_by_cell[cell.key] + [dict(f) for f in failures.get(cell.benchmark, [])]
-        if cell.key in cell_errors:
-            rows = [dict(r, error=r.get("error") or cell_errors[cell.key]) for r in rows]
-        table = pd.DataFrame(rows)
-        if "error" not in table.columns:
-            table["error"] = ""
-        table["error"] = table["error"].fillna("").astype(str)
-        _add_membership(table, records.get(cell.benchmark, []), members)
-        if costs is not None and "record_id" in table.columns:
-            costs.add_columns(cell.key, table)
+        table = example_table(
+            cell.key,
+            rows_by_cell[cell.key],
+            records.get(cell.benchmark, []),
+            failures.get(cell.benchmark, []),
+            error=cell_errors.get(cell.key, ""),
+            members=members,
+            costs=costs,
+        )
         store.put_examples(cell, plan.cell_hash(cell), table)
 
 
@@ -414,57 +382,6 @@ def _ready_to_reduce(plan: Plan, cells: list[Cell], store: ResultStore) -> list[
     ]
 
 
-class EngineCosts:
-    """What each example cost: engine tokens processed and a share of the compute seconds.
-
-    A request's tokens (scored tokens, or prompt + completion for a generation) are split evenly among
-    the records it serves; a pass's wall time among its requests in proportion to their tokens. An
-    open-data cell's own work (building its benchmark index, its method's ``match`` over every corpus
-    batch, summed over the workers) is shared evenly by its examples (``add_shared``); the corpus
-    reading all cells share is not counted. Stored per example (``engine_tokens``,
-    ``engine_seconds``), summed per cell into the verdict (``engine_tokens``, ``seconds``).
-
-    Also what the engine left out: ``truncated_tokens`` per example is the sum, over the requests that
-    stand for it, of each request's ``Output.truncated`` (tokens of a text or prompt beyond the
-    model's context). It is not split: a request for a whole shard that lost tokens marks every
-    example of the shard with its full count (the engine does not know which examples lost them), so
-    a cell's total is a sum over requests, not over these rows. 0 when everything was read.
-    """
-
-    def __init__(self) -> None:
-        self.tokens: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.truncated: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-
-    def add_pass(
-        self,
-        answered: list[tuple[str, Output, int]],
-        request_records: dict[str, dict[str, tuple[str, ...]]],
-        seconds: float,
-    ) -> None:
-        """``answered``: (cell key, Output, how many requests of the pass it answered - ``Dedup.expand``);
-        an answer shared by k requests charges each a k-th of its tokens and seconds."""
-        total = sum(max(out.num_tokens, 1) / shares for _, out, shares in answered) or 1
-        for cell_key, out, shares in answered:
-            ids = request_records.get(cell_key, {}).get(out.key) or ()
-            for rid in ids:
-                self.tokens[cell_key][rid] += out.num_tokens / shares / len(ids)
-                self.seconds[cell_key][rid] += seconds * max(out.num_tokens, 1) / shares / total / len(ids)
-                self.truncated[cell_key][rid] += int(out.truncated)
-
-    def add_shared(self, cell_key: str, record_ids: list[str], seconds: float) -> None:
-        """``seconds`` of work done for the whole cell, split evenly among its examples."""
-        for rid in record_ids:
-            self.seconds[cell_key][rid] += seconds / len(record_ids)
-
-    def add_columns(self, cell_key: str, table: pd.DataFrame) -> None:
-        tokens, seconds = self.tokens.get(cell_key, {}), self.seconds.get(cell_key, {})
-        table["engine_tokens"] = table["record_id"].map(lambda rid: tokens.get(str(rid), 0.0)).astype(float)
-        table["engine_seconds"] = table["record_id"].map(lambda rid: seconds.get(str(rid), 0.0)).astype(float)
-        truncated = self.truncated.get(cell_key, {})
-        table["truncated_tokens"] = table["record_id"].map(lambda rid: truncated.get(str(rid), 0)).astype("int64")
-
-
 def cell_cost(examples: pd.DataFrame) -> dict[str, float]:
     """A cell's engine cost from its reduce input: its own examples, not the reference rows beside them
     (empty when the cell used no engine)."""
@@ -478,26 +395,13 @@ def cell_cost(examples: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def _add_membership(table: pd.DataFrame, records: list[Record], members: set[str] | None) -> None:
-    """Per-example membership truth as a ``member`` column: the rows an injected model trained on
-    (``members``), else the records' own ``meta["member"]`` when a dataset declares it."""
-    if "record_id" not in table.columns:
-        return
-    if members is not None:
-        table["member"] = table["record_id"].isin(members)
-        return
-    declared = {r.id: r.meta["member"] for r in records if "member" in r.meta}
-    if declared:
-        table["member"] = table["record_id"].map(lambda rid: declared.get(rid))
-
-
 # ---------------------------------------------------------------------------------------------
 # reducing (one task per cell, with the rows of the cells it depends on)
 
 
 def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injections | None = None) -> None:
     pending = []
-    reduce_task = _reduce_cell.options(**cpu_work_options())
+    reduce_task = ray.remote(num_cpus=1)(reduce_verdict).options(**cpu_work_options())
     for cell in cells:
         table = reduce_input(plan, cell, store)
         mp = plan.methods[cell.method]
@@ -548,39 +452,6 @@ def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:
     return own
 
 
-@ray.remote(num_cpus=1)
-def _reduce_cell(method_name: str, label: str, params: dict[str, Any], table: pd.DataFrame) -> dict[str, Any]:
-    from contamray.methods.base import get_method
-
-    method = get_method(method_name)
-    cfg = method.make_config(params, where=f"methods.{label}")
-    own = table[~table["is_reference"].astype(bool)] if "is_reference" in table.columns else table
-    names = own["partition"].dropna() if "partition" in own.columns else pd.Series(dtype=str)
-    partition = str(names.iloc[0]) if len(names) else ""
-    try:
-        verdict = method.settle(method.reduce(table, cfg), cfg).to_row()
-        verdict["error"] = ""
-    except Exception as err:  # noqa: BLE001 - a cell that cannot be reduced is reported, not fatal
-        n_failed = int((own["error"] != "").sum()) if len(own) else 0
-        verdict = {
-            "method": method_name,
-            "partition": partition,
-            "statistic": float("nan"),
-            "contaminated": False,
-            "p_value": None,
-            "rate": None,
-            "n_examples": len(own),
-            "n_failed": n_failed,
-            "details": {},
-            "decision": ERROR,
-            "reason": "",
-            "error": f"reduce failed: {type(err).__name__}: {err}",
-        }
-    verdict["method_name"] = method_name
-    verdict["method"] = label
-    return verdict
-
-
 def skipped_verdict(plan: Plan, cell: Cell, reason: str, records: dict[str, list[Record]]) -> dict[str, Any]:
     """The row of a (model x benchmark x method) the plan skipped: present in every table, with the reason."""
     rows = records.get(cell.benchmark) or []
@@ -591,7 +462,3 @@ def skipped_verdict(plan: Plan, cell: Cell, reason: str, records: dict[str, list
         "p_value": None, "rate": None, "n_examples": 0, "n_failed": 0, "details": {}, "decision": NOT_APPLICABLE,
         "reason": f"not applicable: {reason}", "error": "",
     }  # fmt: skip
-
-
-def _chunks(items: list[Record], size: int) -> list[list[Record]]:
-    return [items[i : i + size] for i in range(0, len(items), size)] or [[]]

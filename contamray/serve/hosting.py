@@ -9,8 +9,8 @@ an earlier run or by ``contamray serve`` is found again (``serve.reuse``).
 
 Batch stages reach a replica through the application's ``DeploymentHandle`` (``EnginePool.answer`` in
 ``contamray.pipeline.engine_pool``), with ``ray.batches_in_flight`` batches per replica: the next batch
-is already at the replica while it computes (a replica answers one batch at a time, on a thread, so
-its event loop stays free for Serve's health checks and for queueing the next batch).
+is already at the replica while it computes (batches that arrive together are answered in one engine
+call, on a thread, so the replica's event loop stays free for Serve's health checks and the next ones).
 
 ``Hosts`` is the process's registry of what it deployed. A run holds its models from their first use to
 its end (``Hosts.hold`` / ``Hosts.release``): each model loads once per run. It deletes what it
@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray import serve
+
 from contamray.engines.wire import Request
 from contamray.pipeline.plan import ModelPlan
 
@@ -49,10 +51,18 @@ DEPLOYMENT = "engine"
 HEALTH_CHECK_PERIOD_S = 10.0
 HEALTH_CHECK_TIMEOUT_S = 120.0
 RESOURCE_WAIT_S = 30.0  # how long to wait for freed resources to show after deleting a deployment
+MERGE_BATCHES = 8  # batches arriving together at a replica answered in one engine call
+MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
 
 
 class EngineReplica:
-    """One replica of a model: builds the engine once, answers batches of requests (JSON rows)."""
+    """One replica of a model: builds the engine once, answers batches of requests (JSON rows).
+
+    Batches that arrive together (a batch stage's next ones, several API checks at once) are answered
+    in one engine call (``serve.batch``: up to ``MERGE_BATCHES`` of them, waiting at most
+    ``MERGE_WAIT_S`` for company), so small on-demand checks share the model's batches as a stage's
+    requests do. One engine call runs at a time, on a thread: the event loop stays free.
+    """
 
     def __init__(self, engine_spec: dict[str, Any], model: str) -> None:
         from contamray.engines import EngineSpec, build_engine
@@ -60,17 +70,25 @@ class EngineReplica:
         started = time.perf_counter()
         self.engine = build_engine(EngineSpec(**engine_spec))
         self.model = model
-        self.lock = asyncio.Lock()
         log.info("engine replica of %s loaded in %.1f s", model, time.perf_counter() - started)
 
     async def answer(self, batch: dict[str, Any]) -> dict[str, list[str]]:
         """``batch``: columns ``cell`` and ``request`` (JSON rows); returns ``cell`` and ``output`` (JSON)."""
+        outputs = await self._answer_together(list(batch["request"]))
+        return {"cell": list(batch["cell"]), "output": outputs}
+
+    @serve.batch(max_batch_size=MERGE_BATCHES, batch_wait_timeout_s=MERGE_WAIT_S)
+    async def _answer_together(self, batches: list[list[str]]) -> list[list[str]]:
         from contamray.pipeline.actors import answer_requests
 
-        requests = [Request.from_row(json.loads(r)) for r in batch["request"]]
-        async with self.lock:  # one batch computes at a time; the next waits here, already delivered
-            outputs = await asyncio.to_thread(answer_requests, self.engine, requests)
-        return {"cell": list(batch["cell"]), "output": [json.dumps(o.to_row()) for o in outputs]}
+        requests = [Request.from_row(json.loads(r)) for rows in batches for r in rows]
+        outputs = await asyncio.to_thread(answer_requests, self.engine, requests)
+        rows = [json.dumps(o.to_row()) for o in outputs]
+        answers, start = [], 0
+        for batch in batches:
+            answers.append(rows[start : start + len(batch)])
+            start += len(batch)
+        return answers
 
 
 def app_name(pool: ModelPlan) -> str:
@@ -97,8 +115,6 @@ def replica_options(pool: ModelPlan) -> dict[str, Any]:
 
 def running_apps() -> set[str]:
     """Names of the contamray engine applications up and running on the cluster."""
-    from ray import serve
-
     try:
         status = serve.status()
     except Exception:  # noqa: BLE001 - no Serve instance yet: nothing is running
@@ -110,8 +126,6 @@ def running_apps() -> set[str]:
 
 def start_serve() -> None:
     """Connect to the cluster's Serve instance, starting one (without HTTP proxies) if there is none."""
-    from ray import serve
-
     try:
         serve.status()
         return
@@ -154,8 +168,6 @@ class Hosts:
     def _deploy(
         self, app: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any], reuse: bool
     ) -> Hosted:
-        from ray import serve
-
         start_serve()
         if reuse and bool(serve_cfg.get("reuse", True)) and app in running_apps():
             log.info("model %s: reusing the running deployment %s (serve.reuse)", pool.name, app)
@@ -170,7 +182,7 @@ class Hosts:
             name=DEPLOYMENT,
             num_replicas=max(1, pool.concurrency),
             ray_actor_options=replica_options(pool),
-            max_ongoing_requests=in_flight,
+            max_ongoing_requests=max(in_flight, MERGE_BATCHES),  # API checks queue here, merged
             health_check_period_s=HEALTH_CHECK_PERIOD_S,
             health_check_timeout_s=HEALTH_CHECK_TIMEOUT_S,
         )
@@ -211,8 +223,6 @@ class Hosts:
                 _wait_for(lambda: _fits(ray.available_resources(), cpus, gpus), RESOURCE_WAIT_S)
 
     def _delete(self, hosted: Hosted) -> None:
-        from ray import serve
-
         serve.delete(hosted.app)
         self.apps.pop(hosted.app, None)
 
