@@ -13,7 +13,9 @@
   slices of benchmarks under one model (default: the embedded base model), written into README.md;
 - ``contamray methods``: registered detection methods, their family, parameters, declared per-example
   score and membership columns, and where they apply;
-- ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type.
+- ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type;
+- ``contamray serve [--host H] [--port P] [--insecure-local] [overrides...]``: the on-demand HTTP API on Ray
+  Serve (``contamray/serve/``; overrides are keys of ``conf/api/server.yaml``), until interrupted.
 """
 
 from __future__ import annotations
@@ -109,11 +111,13 @@ def main(argv: list[str] | None = None) -> None:
         code = _report(argv)
         if code:
             sys.exit(code)
-    elif command in ("inject", "validate", "calibrate"):
+    elif command in ("inject", "validate", "calibrate", "serve"):
         if command == "inject":
             from contamray.inject.command import main as command_main
         elif command == "calibrate":
             from contamray.validate.calibrate import main as command_main
+        elif command == "serve":
+            from contamray.serve.command import main as command_main
         else:
             from contamray.validate.command import main as command_main
         code = command_main(argv)

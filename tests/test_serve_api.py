@@ -1,0 +1,382 @@
+"""The on-demand HTTP API (``contamray/serve/``), over real HTTP on 127.0.0.1.
+
+One local Ray head (``ray start``, with its dashboard: the Jobs API) and one Serve application for the
+module; the embedded
+model in float32 (``smollm2_135m_fp32``) answers the checks. Known answers:
+
+- a check's per-item scores and its verdict equal a batch run's (``pipeline.runner.execute``) on the
+  same rows, model and methods: five ``synthetic_facts`` rows tested against five ``synthetic_structured``
+  rows as another distribution (``mode: distribution``);
+- a job submitted through ``/v1/jobs`` with the same selection is a run of its own (its own cell store),
+  and its partitions equal the batch run's;
+- security: 401 without or with a wrong token, 413 for a body or an item count above the limits, 422
+  for an unknown method (listing the methods) and for overrides outside the allow-list, 403 for a model
+  or benchmark outside it, 429 with Retry-After past a token's rate, JSON errors without tracebacks,
+  and a server that refuses to start without a token.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import requests
+
+from contamray.serve.config import load_settings
+from contamray.serve.jobs import JobSpec, job_overrides
+from contamray.serve.security import ApiError, SecurityError, TokenBucket, token_digests
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "test-token-a-0123456789abcdef"
+OTHER = "test-token-b-0123456789abcdef"  # its own rate bucket and its own jobs
+MODEL = "smollm2_135m_fp32"
+METHODS = ["min_k", "perplexity"]
+ROWS = 5
+# the batch run's selection, and the job's overrides: synthetic facts tested against synthetic_structured
+# as another distribution (no held-out of the same benchmark in conf/benchmark)
+REFERENCE = "{synthetic_facts: synthetic_structured}"
+JOB_OVERRIDES = [f"run.limit={ROWS}"] + [
+    o for m in METHODS for o in (f"methods.{m}.reference={REFERENCE}", f"methods.{m}.mode=distribution")
+]
+SCORES = ["score", "mean_logprob", "n_tokens", "min_k_5", "min_k_20", "min_k_60"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+# ---------------------------------------------------------------------------------------------
+# without a server
+
+
+def test_no_token_refuses_to_start_unless_insecure_on_loopback() -> None:
+    with pytest.raises(SecurityError, match="CONTAMRAY_API_TOKENS"):
+        token_digests("127.0.0.1", insecure_local=False, environ={})
+    with pytest.raises(SecurityError, match="only on 127.0.0.1"):
+        token_digests("0.0.0.0", insecure_local=True, environ={})
+    assert token_digests("127.0.0.1", insecure_local=True, environ={}) == ()
+    with pytest.raises(SecurityError, match="shorter than"):
+        token_digests("127.0.0.1", False, environ={"CONTAMRAY_API_TOKENS": "short"})
+    env = dict(os.environ)
+    env.pop("CONTAMRAY_API_TOKENS", None)
+    env.pop("CONTAMRAY_API_TOKENS_FILE", None)
+    proc = subprocess.run([sys.executable, "-m", "contamray.cli", "serve", "--host", "0.0.0.0"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no API token configured" in proc.stderr, proc.stderr
+
+
+def test_tokens_file_and_rate_bucket(tmp_path: Path) -> None:
+    file = tmp_path / "tokens"
+    file.write_text(f"# api tokens\n{TOKEN}\n\n{OTHER}  # second\n")
+    digests = token_digests("0.0.0.0", False, environ={"CONTAMRAY_API_TOKENS_FILE": str(file)})
+    assert len(digests) == 2 and TOKEN not in "".join(digests)
+    bucket = TokenBucket(per_minute=60, burst=2)
+    assert bucket.take("a", now=0.0) == 0 and bucket.take("a", now=0.0) == 0
+    assert bucket.take("a", now=0.0) == pytest.approx(1.0)  # one request a second
+    assert bucket.take("b", now=0.0) == 0  # per key
+    assert bucket.take("a", now=1.0) == 0
+
+
+def test_app_import_path_and_cluster_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve run contamray.serve:app`` and ``deploy/serve_config.yaml`` (Serve's own schema) build the app."""
+    import yaml
+    from ray.serve.deployment import Application
+    from ray.serve.schema import ServeDeploySchema
+
+    import contamray.serve
+
+    monkeypatch.setenv("CONTAMRAY_API_TOKENS", TOKEN)
+    monkeypatch.setenv("CONTAMRAY_SERVE_OVERRIDES", "port=8123 limits.max_items=4")
+    assert isinstance(contamray.serve.app, Application)
+    config = yaml.safe_load((REPO / "deploy" / "serve_config.yaml").read_text())
+    ServeDeploySchema.model_validate(config)
+    (application,) = config["applications"]
+    assert application["import_path"] == "contamray.serve:app_builder"
+    assert isinstance(contamray.serve.app_builder(application["args"]), Application)
+    settings = load_settings(values=application["args"])
+    assert settings.jobs["entrypoint_resources"] == {"contamray_driver": 1} and settings.host == "0.0.0.0"
+    monkeypatch.delenv("CONTAMRAY_API_TOKENS")
+    with pytest.raises(SecurityError):
+        contamray.serve.app_builder(application["args"])  # on 0.0.0.0 without a token: refused
+
+
+def test_job_overrides_only_from_the_allow_lists(mirror_dir: Path) -> None:
+    settings = load_settings([f"data.mirror_dir={mirror_dir}"])
+    spec = JobSpec((MODEL,), ("synthetic_facts",), ("perplexity",), overrides=("run.limit=4",
+                   "methods.perplexity.mode=distribution", "benchmarks.synthetic_facts.split=validation"))
+    assert job_overrides(spec, settings)[-3:] == list(spec.overrides)
+
+    def refused(status: int, **changes) -> str:
+        with pytest.raises(ApiError) as err:
+            job_overrides(JobSpec(**{**spec.__dict__, **changes}), settings)
+        assert err.value.status == status, err.value.detail
+        return str(err.value.detail)
+
+    assert "llama2_7b" in refused(403, models=("llama2_7b",))
+    assert "xsum" in refused(403, benchmarks=("xsum",))
+    assert "min_k" in refused(422, methods=("nope",))
+    assert "canary" in refused(403, experiment="canary")
+    for bad in ("models.smollm2_135m_fp32.trust_remote_code=true", "models.smollm2_135m_fp32.source=/etc",
+                "data.mirror_dir=/etc", "hydra.run.dir=/tmp/x", "methods.min_k.k=0.1"):  # min_k not selected
+        assert "not allowed" in refused(422, overrides=(bad,))
+    assert "+/~" in refused(422, overrides=("+models.x.source=gpt2",))
+    assert "interpolation" in refused(422, overrides=("methods.perplexity.mode=${oc.env:HOME}",))
+    assert "no paths" in refused(422, overrides=("benchmarks.synthetic_facts.split=../../etc",))
+    assert "not a name" in refused(422, overrides=("benchmarks.synthetic_facts.split=..",))
+    assert "limits.max_job_limit" in refused(422, overrides=("run.limit=100000",))
+
+
+# ---------------------------------------------------------------------------------------------
+# one server for the module
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """`ray start --head --block` with free ports (its Jobs agent among them: a machine may run other Ray
+    instances) and its own temp dir; stopped by its pid afterwards."""
+    ray_bin = shutil.which("ray")
+    assert ray_bin, "the ray CLI is not on PATH"
+    gcs, dash, client, agent, agent_grpc, env_agent, metrics, node_manager = (free_port() for _ in range(8))
+    temp = Path(tempfile.mkdtemp(prefix="crsrv", dir="/tmp"))  # short: Ray's socket paths have a limit
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local cluster: no token to hand out
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        ray_bin, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={env_agent}", f"--metrics-export-port={metrics}",
+        f"--node-manager-port={node_manager}", "--num-cpus=4", f"--temp-dir={temp}", "--disable-usage-stats",
+    ]
+    log = open(temp / "start.log", "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 180
+    while True:
+        try:
+            if requests.get(f"http://127.0.0.1:{dash}/api/version", timeout=5).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            pytest.fail(f"local Ray head did not start: {(temp / 'start.log').read_text()[-3000:]}")
+        time.sleep(1)
+    try:
+        yield f"127.0.0.1:{gcs}"
+    finally:
+        proc.send_signal(signal.SIGINT)  # `ray start --block` stops the processes it started
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session we created for it, nothing else
+            proc.wait(timeout=30)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(ray_head: str, tmp_path_factory: pytest.TempPathFactory, mirror_dir: Path):
+    import ray
+    from ray import serve
+
+    from contamray.serve.api import APP_NAME, build_app
+
+    out = tmp_path_factory.mktemp("api")
+    port = free_port()
+    settings = load_settings([
+        f"port={port}", f"data.mirror_dir={mirror_dir}", f"jobs.output_root={out}", f"jobs.python={sys.executable}",
+        "limits.max_body_bytes=20000", "limits.max_items=8", "limits.burst=60", "limits.requests_per_minute=60",
+    ])
+    app = build_app(settings, environ={"CONTAMRAY_API_TOKENS": f"{TOKEN},{OTHER}"})
+    ray.init(address=ray_head, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(app, name=APP_NAME, route_prefix="/")
+        yield {"url": f"http://127.0.0.1:{port}", "settings": settings, "out": out}
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def batch(server, tmp_path_factory: pytest.TempPathFactory, mirror_dir: Path):
+    """The batch pipeline on the same selection: its records, examples and partitions."""
+    from contamray.pipeline.plan import build_plan
+    from contamray.pipeline.runner import execute, load_benchmarks
+    from contamray.validate.compose import compose_config, to_dict
+
+    out = tmp_path_factory.mktemp("batch")
+    overrides = ["+exp=base", f"model=[{MODEL}]", "benchmark=[synthetic_facts,synthetic_structured]",
+                 f"method=[{','.join(METHODS)}]", f"data.mirror_dir={mirror_dir}", *JOB_OVERRIDES]
+    plan = build_plan(to_dict(compose_config(overrides, out)))
+    result = execute(plan, out)
+    records, _ = load_benchmarks(plan, ["synthetic_facts"])
+    return {"records": records["synthetic_facts"], "examples": result.examples, "partitions": result.partitions}
+
+
+@pytest.mark.slow
+def test_health_docs_and_catalog_open_or_authenticated(server) -> None:
+    url = server["url"]
+    assert requests.get(f"{url}/healthz", timeout=30).json() == {"status": "ok"}
+    assert requests.get(f"{url}/docs", timeout=30).status_code == 200
+    paths = requests.get(f"{url}/openapi.json", timeout=30).json()["paths"]
+    assert {"/v1/check", "/v1/jobs", "/v1/jobs/{job_id}", "/v1/methods", "/v1/benchmarks"} <= set(paths)
+    methods = requests.get(f"{url}/v1/methods", headers=auth(), timeout=60).json()
+    min_k = next(m for m in methods["methods"] if m["name"] == "min_k")
+    assert min_k["parameters"]["k"] == 0.2 and min_k["family"] == "closed" and "Shi et al" in min_k["citation"]
+    assert methods["models"] == list(server["settings"].allow.models)
+    benchmarks = requests.get(f"{url}/v1/benchmarks", headers=auth(), timeout=60).json()["benchmarks"]
+    facts = next(b for b in benchmarks if b["name"] == "synthetic_facts")
+    assert "test" in facts["splits"] and "set1" in facts["configs"]
+
+
+@pytest.mark.slow
+def test_missing_or_wrong_token_is_401(server) -> None:
+    url = server["url"]
+    for headers in ({}, auth("not-a-token-of-this-server"), {"Authorization": f"Basic {TOKEN}"}):
+        r = requests.get(f"{url}/v1/methods", headers=headers, timeout=30)
+        assert r.status_code == 401 and r.json()["error"] == "unauthorized", r.text
+        assert r.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.slow
+def test_limits_and_allow_lists(server) -> None:
+    url = server["url"]
+
+    def check(body: dict, token: str = TOKEN, **kw) -> requests.Response:
+        return requests.post(f"{url}/v1/check", json=body, headers=auth(token), timeout=60, **kw)
+
+    one = [{"text": "A short sentence."}]
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": [{"text": "x" * 30000}]})
+    assert r.status_code == 413 and r.json()["error"] == "body_too_large" and "limits.max_body_bytes" in r.text
+    chunked = requests.post(f"{url}/v1/check", data=iter([b'{"items": "', b"y" * 30000, b'"}']),
+                            headers={**auth(), "Content-Type": "application/json"}, timeout=60)
+    assert chunked.status_code == 413  # no Content-Length: counted while read
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": one * 9})
+    assert r.status_code == 413 and r.json()["error"] == "too_many_items"
+    r = check({"model": MODEL, "methods": ["perplexity", "no_such_method"], "items": one})
+    assert r.status_code == 422 and r.json()["error"] == "unknown_method"
+    assert r.json()["detail"]["methods"] == list(server["settings"].allow.methods)
+    r = check({"model": "llama2_7b", "methods": ["perplexity"], "items": one})
+    assert r.status_code == 403 and r.json()["error"] == "model_not_allowed" and MODEL in r.text
+    r = check({"model": "/etc/passwd", "methods": ["perplexity"], "items": one})
+    assert r.status_code == 403
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": one, "reference": {"benchmark": "xsum"}})
+    assert r.status_code == 403 and r.json()["error"] == "benchmark_not_allowed"
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": one,
+               "reference": {"benchmark": "synthetic_facts", "split": "../../etc"}})
+    assert r.status_code == 422 and "reference.split" in r.text
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": one, "trust_remote_code": True})
+    assert r.status_code == 422 and r.json()["error"] == "invalid_request"
+    assert r.json()["detail"][0]["field"] == "body.trust_remote_code"
+    r = requests.post(f"{url}/v1/check", data=b"{not json", headers={**auth(), "Content-Type": "application/json"},
+                      timeout=30)
+    assert r.status_code == 422 and "Traceback" not in r.text
+    r = requests.get(f"{url}/v1/nowhere", headers=auth(), timeout=30)
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    r = requests.post(f"{url}/v1/jobs", headers=auth(), timeout=60, json={
+        "models": [MODEL], "benchmarks": ["synthetic_facts"], "methods": ["perplexity"],
+        "overrides": ["models.smollm2_135m_fp32.trust_remote_code=true"]})
+    assert r.status_code == 422 and r.json()["error"] == "override_not_allowed"
+    r = requests.get(f"{url}/v1/jobs/contamray-api-000000000000", headers=auth(), timeout=60)
+    assert r.status_code == 404 and r.json()["error"] == "job_not_found"
+
+
+@pytest.mark.slow
+def test_rate_limit_is_429_with_retry_after(server) -> None:
+    url = server["url"]
+    codes = []
+    for _ in range(80):  # burst 60, then one a second
+        r = requests.get(f"{url}/v1/benchmarks", headers=auth(OTHER), timeout=30)
+        codes.append(r.status_code)
+        if r.status_code == 429:
+            assert int(r.headers["Retry-After"]) >= 1 and r.json()["error"] == "rate_limited"
+            break
+    assert codes[-1] == 429 and set(codes[:-1]) == {200}, codes
+    assert requests.get(f"{url}/v1/benchmarks", headers=auth(), timeout=30).status_code == 200  # other token
+
+
+@pytest.mark.slow
+def test_check_scores_equal_the_batch_pipeline(server, batch) -> None:
+    records = batch["records"]
+    assert len(records) == ROWS
+    body = {
+        "model": MODEL, "methods": METHODS, "benchmark": "synthetic_facts",
+        "items": [{"text": r.input, "label": r.label, "id": r.id} for r in records],
+        "reference": {"benchmark": "synthetic_structured", "rows": ROWS},
+    }
+    started = time.perf_counter()
+    r = requests.post(f"{server['url']}/v1/check", json=body, headers=auth(), timeout=600)
+    assert r.status_code == 200, r.text
+    result = r.json()
+    assert time.perf_counter() - started < 600
+    assert result["reference"]["rows"] == ROWS and result["reference"]["adapter"] == "synthetic_structured"
+    examples = batch["examples"]
+    partitions = batch["partitions"]
+    for entry in result["methods"]:
+        method = entry["method"]
+        assert entry["comparison"] == "distribution"
+        mine = pd.DataFrame(entry["items"]).set_index("record_id")
+        theirs = examples[(examples["method"] == method) & examples["partition"].str.startswith("synthetic_facts")]
+        theirs = theirs.set_index("record_id").loc[[r.id for r in records]]
+        assert (mine["error"] == "").all()
+        for column in [c for c in SCORES if c in mine.columns]:
+            assert mine.loc[theirs.index, column].tolist() == pytest.approx(theirs[column].tolist(), rel=1e-6,
+                                                                            abs=1e-6), (method, column)
+        verdict = entry["verdict"]
+        row = partitions[(partitions["method"] == method)
+                         & partitions["partition"].str.startswith("synthetic_facts")].iloc[0]
+        assert verdict["statistic"] == pytest.approx(row["statistic"], rel=1e-6)
+        assert verdict["p_value"] == pytest.approx(row["p_value"], rel=1e-6)
+        assert (verdict["decision"], verdict["n_examples"]) == (row["decision"], row["n_examples"])
+        assert "distribution comparison" in verdict["details"]["summary"]
+
+
+@pytest.mark.slow
+def test_job_results_equal_a_batch_run(server, batch) -> None:
+    url = server["url"]
+    body = {"models": [MODEL], "benchmarks": ["synthetic_facts", "synthetic_structured"], "methods": METHODS,
+            "overrides": JOB_OVERRIDES}
+    r = requests.post(f"{url}/v1/jobs", json=body, headers=auth(), timeout=120)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["cells_total"] == 4 and job["output_dir"].startswith(str(server["out"]))
+    other = requests.get(f"{url}/v1/jobs/{job['job_id']}", headers=auth(OTHER), timeout=60)
+    assert other.status_code == 404  # a job is its submitter's
+    deadline = time.time() + 900
+    seen = []
+    while time.time() < deadline:
+        status = requests.get(f"{url}/v1/jobs/{job['job_id']}", headers=auth(), timeout=120).json()
+        seen.append((status["status"], status["progress"]["cells_done"]))
+        if status["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        time.sleep(3)
+    assert status["status"] == "SUCCEEDED", (status, seen)
+    assert status["progress"] == {"cells_done": 4, "cells_total": 4}
+    assert all(done in (None, 0, 1, 2, 3, 4) for _, done in seen)
+    mine = pd.DataFrame(status["results"]).set_index(["model", "partition", "method"]).sort_index()
+    theirs = batch["partitions"].set_index(["model", "partition", "method"]).sort_index()
+    assert mine.index.tolist() == theirs.index.tolist()
+    for column in ("decision", "n_examples", "n_failed", "reason"):
+        assert mine[column].tolist() == theirs[column].tolist(), column
+    for column in ("statistic", "p_value"):
+        for a, b in zip(mine[column], theirs[column]):
+            assert (a is None or (isinstance(a, float) and math.isnan(a))) == pd.isna(b) or a == pytest.approx(b)
+            if not pd.isna(b):
+                assert a == pytest.approx(float(b), rel=1e-6)
+    assert (Path(job["output_dir"]) / "partitions.parquet").is_file()
+    assert (server["out"] / "cells").is_dir()  # the shared cell store of every job
