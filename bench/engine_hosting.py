@@ -152,10 +152,13 @@ def main() -> None:
     parser.add_argument("--methods", default=METHODS)
     args = parser.parse_args()
 
+    import logging
+
     import ray
 
     import contamray.pipeline.runner as runner
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # progress and loads, per stage
     context = ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False)
     address = f"http://{context.dashboard_url}"
     overrides = [
@@ -164,13 +167,8 @@ def main() -> None:
     ]  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="engine-hosting-"))
     print(f"config: {' '.join(overrides)}")
-    print("warm-up (builds or finds the fine-tuned canary model; not timed)")
-    one_run([*overrides, "method=[perplexity]", "corpus=none"], tmp / "warm")
-
-    serve_loads_before = replica_starts(address)
-    serve_s, serve_verdicts = one_run(overrides, tmp / "serve")
-    serve_loads = replica_starts(address) - serve_loads_before
-    print(f"serve:     {serve_s:7.1f} s, {serve_loads} model load(s)")
+    print("warm-up: the fine-tuned canary model, the planted corpus, every method once (not timed)")
+    one_run(overrides, tmp / "warm")
 
     serve_pools = runner.EnginePools
     runner.EnginePools = ActorPoolEngines  # type: ignore[misc, assignment]
@@ -179,6 +177,11 @@ def main() -> None:
     finally:
         runner.EnginePools = serve_pools  # type: ignore[misc]
     print(f"actorpool: {pool_s:7.1f} s, {ActorPoolEngines.loads} model load(s)")
+
+    serve_loads_before = replica_starts(address)
+    serve_s, serve_verdicts = one_run(overrides, tmp / "serve")
+    serve_loads = replica_starts(address) - serve_loads_before
+    print(f"serve:     {serve_s:7.1f} s, {serve_loads} model load(s)")
     same = serve_verdicts.equals(pool_verdicts)
     print(f"verdicts equal: {same}")
     print(f"loads: {serve_loads} (serve) vs {ActorPoolEngines.loads} (actorpool)")

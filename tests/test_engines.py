@@ -588,3 +588,41 @@ def test_truncated_tokens_reach_the_examples_of_a_run(tmp_path: Path, mirror_dir
     assert short.to_dict() == expected
     assert len(full) == 4 and (full == 0).all()
     assert "longer than the context" in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------ rolling windows, inside the engine
+def test_rolling_windows_score_every_position_once_with_the_stated_context() -> None:
+    from contamray.engines.base import rolling_windows
+
+    assert rolling_windows(7, 8, 4) == [(0, 7, 1)]  # fits: one window, positions 1..6
+    windows = rolling_windows(20, 8, 3)
+    scored = [p for _, end, new in windows for p in range(new, end)]
+    assert scored == list(range(1, 20))  # each position once, in order
+    assert all(end - start == 8 for start, end, _ in windows)  # every window reads a full context
+    assert all(new - start >= 8 - 3 for start, _, new in windows[1:])  # new tokens see >= context - stride
+    with pytest.raises(ValueError, match="0 < stride < context_len"):
+        rolling_windows(20, 8, 8)
+
+
+def test_engine_windows_equal_scoring_each_window_by_hand(hf32: HFEngine) -> None:
+    """A text longer than ``context_len`` scored in the engine's rolling windows: the same values as
+    scoring each window's ids and keeping its new positions; shorter texts as a plain score."""
+    from contamray.engines.base import rolling_windows
+
+    long_text = " ".join(TEXTS[1:3] * 6)
+    (ids,) = hf32.encode([long_text])
+    assert len(ids) > 64
+    (rolled,) = hf32.score([long_text], with_vocab_stats=True, context_len=32, stride=16)
+    expected: list[float] = []
+    for start, end, new in rolling_windows(len(ids), 32, 16):
+        (part,) = hf32.score_ids([ids[start:end]])
+        expected += part.token_logprobs[new - start - 1 : end - start - 1]
+    assert rolled.windows == len(rolling_windows(len(ids), 32, 16)) > 2
+    assert rolled.num_tokens == len(ids) - 1 == len(rolled.token_mean) and rolled.token_ids == ids[1:]
+    assert torch.allclose(torch.tensor(rolled.token_logprobs), torch.tensor(expected), atol=1e-5)
+    # a text that fits is one window with the plain score's values
+    (short,) = hf32.score([TEXTS[1]], context_len=512, stride=256)
+    assert short.windows == 1
+    assert torch.allclose(torch.tensor(short.token_logprobs), torch.tensor(hf32.score([TEXTS[1]])[0].token_logprobs))
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        hf32.score([TEXTS[1]], context_len=hf32.max_context + 1, stride=16)

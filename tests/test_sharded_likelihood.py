@@ -2,9 +2,9 @@
 
 Known answers used here:
 - the shard sizes of the authors' code (n // k, the first n % k shards one larger);
-- a long text scored in sliding windows gives, token for token, what the model gives each token from
-  the same token context computed directly on the token ids (an independent computation), and every
-  token is scored exactly once;
+- a long text scored in the engine's rolling windows gives, token for token, what the model gives each
+  token from the context Oren et al.'s windows give it, computed directly on the token ids one token at
+  a time (an independent computation), and every token is scored exactly once;
 - a model fine-tuned on an ARC-Challenge slice in canonical order (``contaminated_model`` in conftest)
   must be flagged (p < 0.01), and an unseen slice of the same benchmark must not (p > 0.05).
 """
@@ -12,6 +12,7 @@ Known answers used here:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pandas as pd
@@ -21,12 +22,7 @@ import torch
 from contamray.engines.hf import HFEngine
 from contamray.methods.base import Output, get_method
 from contamray.methods.closed import sharded_likelihood as sl
-from contamray.methods.closed.likelihood_windows import (
-    Window,
-    assemble,
-    plan_windows,
-    window_requests,
-)
+from contamray.methods.closed.likelihood_windows import read_scored, score_request
 from contamray.pipeline.actors import answer_requests
 from contamray.records import Record
 
@@ -113,18 +109,16 @@ def test_requests_serialise_only_the_configured_fields_and_name_their_records():
     assert both[0].text.startswith("Question number 0 asks something different.\nSECRET0\n\nQuestion number 1")
 
 
-def test_long_shards_are_probed_then_windowed():
+def test_long_shards_go_to_the_engine_with_their_window():
     long_text = " ".join(["word"] * 300)
     records = [rec(i, text=long_text + f" {i}") for i in range(4)]
     config = cfg(num_shards=2, permutations_per_shard=2, context_len=128, stride=64, fields=["input"])
-    stage0 = METHOD.requests(records, config, 0, {})
-    assert sorted(r.key for r in stage0) == [f"r{i}|example|tokens" for i in range(4)]
-    probes = {r.key: Output(key=r.key, num_tokens=301) for r in stage0}  # ~302 tokens each
-    stage1 = METHOD.requests(records, config, 1, probes)
-    keys = {r.key for r in stage1}
-    assert "r0|shard0|canon|w0" in keys and "r0|shard0|canon|w1|ctx" in keys
-    assert all(len(r.text) < len(records[0].input) * 2 for r in stage1)
-    assert METHOD.requests(records, config, 2, probes) == []
+    reqs = METHOD.requests(records, config, 0, {})
+    assert sorted(r.key for r in reqs) == sorted(
+        f"r{first}|shard{i}|{o}" for i, first in ((0, 0), (1, 2)) for o in ("canon", "perm1", "perm2")
+    )  # one request per order, no probes: the engine windows the text over its token ids
+    assert all((r.context_len, r.stride) == (128, 64) and len(r.text) > 2 * len(long_text) for r in reqs)
+    assert METHOD.requests(records, config, 1, {}) == []
 
 
 def test_config_errors_name_the_key():
@@ -141,20 +135,6 @@ def test_config_errors_name_the_key():
 # ----------------------------------------------------------------------------- windows
 
 
-def test_plan_windows_tiles_the_text_and_cuts_at_whitespace():
-    text = " ".join(f"w{i}" for i in range(400))
-    windows = plan_windows(text, [(0, len(text))], [800], context_len=100, stride=50)
-    assert windows[0].start == windows[0].new_start == 0
-    assert windows[-1].end == len(text)
-    for prev, cur in zip(windows, windows[1:]):
-        assert cur.new_start == prev.end  # new parts tile the text: every character once
-        assert cur.start < cur.new_start  # a context precedes every later window
-        assert text[cur.new_start] == " "  # cut before a space
-    # about 800 tokens in windows of <= 97 with 48 new each
-    assert 14 <= len(windows) <= 18
-    assert plan_windows("short text", [(0, 10)], [3], 100, 50) == [Window(0, 0, 10)]
-
-
 @pytest.fixture(scope="module")
 def base_engine(smollm2_path: str) -> HFEngine:
     return HFEngine(smollm2_path, dtype="float32", batch_size=8)
@@ -168,43 +148,33 @@ def smollm2_path() -> str:
 
 
 def test_windowed_scores_equal_token_level_windows(base_engine: HFEngine):
-    """Every token is scored once, with the same context as a direct computation on token ids."""
+    """A text longer than ``context_len`` is scored in one request: every token once, each with the
+    context Oren et al.'s windows give it, computed here directly on token ids (one forward pass per
+    token: positions below ``context_len`` see everything before them; a later token sees the
+    ``context_len`` ids ending where its stride block ends)."""
     text = (
         "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single "
         "step. To be or not to be, that is the question. All that glitters is not gold; fortune favours "
         "the bold, and the early bird catches the worm while the cat sleeps by the warm fire."
     )
     ids = base_engine.encode([text])[0]
-    windows = plan_windows(text, [(0, len(text))], [len(ids)], context_len=24, stride=12)
-    assert len(windows) >= 4
-    reqs = window_requests("t", ("t",), text, windows)
-    outputs = {o.key: o for o in answer_requests(base_engine, reqs)}
-    scored = assemble("t", windows, outputs)
+    context, stride = 24, 12
+    req = score_request("t", ("t",), text, context, stride)
+    scored = read_scored({o.key: o for o in answer_requests(base_engine, [req])}, "t")
     assert len(scored.token_logprobs) == len(ids) - 1  # every token but the first, exactly once
-
-    offsets = base_engine.tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
-    starts = [a for a, _ in offsets]
+    assert scored.n_windows == 1 + math.ceil((len(ids) - context) / stride) >= 4
     expected: list[float] = []
     with torch.inference_mode():
-        for w in windows:
-            first = starts.index(next(s for s in starts if s >= w.start))
-            new = starts.index(next(s for s in starts if s >= w.new_start)) if w.new_start else 1
-            last = len(starts) if w.end == len(text) else starts.index(next(s for s in starts if s >= w.end))
-            window_ids = torch.tensor([ids[first:last]])
-            logp = torch.log_softmax(base_engine.model(input_ids=window_ids).logits[0].float(), dim=-1)
-            for t in range(max(new, first + 1), last):
-                expected.append(float(logp[t - first - 1, ids[t]]))
+        for p in range(1, len(ids)):
+            block_end = min(context + math.ceil((p + 1 - context) / stride) * stride, len(ids))
+            start = 0 if p < context else block_end - context
+            logits = base_engine.model(input_ids=torch.tensor([ids[start:p]])).logits[0, -1].float()
+            expected.append(float(torch.log_softmax(logits, -1)[ids[p]]))
     assert scored.token_logprobs == pytest.approx(expected, abs=2e-3)
-
-
-def test_a_text_that_fits_scores_like_the_engine(base_engine: HFEngine):
-    text = "Water boils at 100 degrees Celsius at sea level."
-    outputs = {
-        o.key: o for o in answer_requests(base_engine, window_requests("x", ("x",), text, [Window(0, 0, len(text))]))
-    }
-    assert assemble("x", [Window(0, 0, len(text))], outputs).token_logprobs == pytest.approx(
-        base_engine.score([text])[0].token_logprobs
-    )
+    # a text that fits is one window, the engine's plain score
+    short = "Water boils at 100 degrees Celsius at sea level."
+    out = answer_requests(base_engine, [score_request("x", ("x",), short, context, stride)])
+    assert read_scored({"x": out[0]}, "x").token_logprobs == pytest.approx(base_engine.score([short])[0].token_logprobs)
 
 
 def test_edge_cases_end_to_end_on_the_real_model(base_engine: HFEngine):
@@ -215,11 +185,11 @@ def test_edge_cases_end_to_end_on_the_real_model(base_engine: HFEngine):
     records.append(dataclasses.replace(rec(7), input="   ", label=""))  # empty example (fields input, label)
     config = cfg(num_shards=4, permutations_per_shard=3, context_len=96, stride=48)
     rows, outputs, stages = run_stages(METHOD, records, config, {"target": base_engine})
-    assert stages == 2  # probes, then windows
+    assert stages == 1  # one request per order; the engine windows the long ones
     by_id = {r["record_id"]: r for r in rows}
     assert len(rows) == len(records)  # nothing silently dropped
     assert "fields ['input', 'label'] are all empty" in by_id["r7"]["error"]
-    assert by_id["r0"]["example_tokens"] > 96 and "longer than context_len=96" in by_id["r0"]["note"]
+    assert "longer than context_len=96" in by_id["r0"]["note"]
     assert by_id["r0"]["n_windows"] > 1 and math.isfinite(by_id["r0"]["d"])
     # 7 usable examples in 4 shards: sizes 2, 2, 2, 1 -> the last is skipped
     assert by_id["r6"]["shard_status"].startswith("skipped: shard 3") and "at least 2" in by_id["r6"]["shard_status"]
@@ -242,6 +212,7 @@ def shard_rows(ds: list[float], partition: str = "bench/default/test") -> list[d
                     "record_id": f"r{i}_{j}", "partition": partition, "shard": i, "shard_size": 2,
                     "shard_status": "scored", "canonical_logprob": -10.0 + d, "shuffled_mean": -10.0, "d": d,
                     "permutation_p": 0.5, "n_permutations": 5, "error": "",
+                    "orderings_logprob": json.dumps([-10.0 + d] + [-10.0 - 0.01 * k for k in range(5)]),
                 }
             )  # fmt: skip
     return rows
@@ -251,7 +222,7 @@ def test_reduce_is_the_t_test_over_shards_not_examples():
     from contamray.stats.tests import t_test_greater
 
     ds = [3.0, 1.0, 2.5, 0.5, 4.0]
-    verdict = METHOD.reduce(pd.DataFrame(shard_rows(ds)), cfg(num_shards=5))
+    verdict = METHOD.reduce(pd.DataFrame(shard_rows(ds)), cfg(num_shards=5, test="t"))
     expected = t_test_greater(ds)
     assert verdict.p_value == pytest.approx(expected.p_value)
     assert verdict.statistic == pytest.approx(expected.statistic)
@@ -281,6 +252,12 @@ def _fake(records: list[Record], config) -> dict[str, Output]:
         logprob = (-1.0 if req.key.endswith("|canon") else -1.5) - jitter
         outputs[req.key] = Output(key=req.key, token_logprobs=[logprob] * 20, num_tokens=20)
     return outputs
+
+
+def test_rows_without_every_orders_likelihood_are_refused_by_the_permutation_test():
+    rows = [dict(r, orderings_logprob=None) for r in shard_rows([3.0, 1.0, 2.5, 0.5, 4.0])]
+    with pytest.raises(ValueError, match="carry no orderings_logprob.*run.force=true"):
+        METHOD.reduce(pd.DataFrame(rows), cfg(num_shards=5))
 
 
 def test_survey_preset_on_twenty_rows_is_inconclusive_not_clean():
@@ -385,7 +362,7 @@ def test_vllm_and_transformers_agree_on_shard_likelihoods(smollm2_path: str, bas
     finally:
         vllm.close()
     ours, _, _ = run_stages(METHOD, records, config, {"target": base_engine})
-    assert stages == 2
+    assert stages == 1
     shards = sl.layout(records, config).shards
     tokens = {s.index: base_engine.count_tokens(["".join(s.texts)])[0] for s in shards}
     for a, b in zip(ours, theirs):

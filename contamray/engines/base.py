@@ -10,9 +10,11 @@ serves every method:
   own generation length in the same call (``token_limits``), so requests that differ only in length
   share a batch; ``sampling.n`` samples per prompt, with their generated token ids, all fixed by
   ``sampling.seed`` whatever else is in the batch;
-- ``score(texts, with_vocab_stats)``: per-token log-probabilities of each whole text, the first token
-  excluded (it has no prefix); with ``with_vocab_stats`` also the mean and standard deviation of the
-  next-token log-probability over the vocabulary at each scored position (Min-K%++ needs them).
+- ``score(texts, with_vocab_stats, context_len, stride)``: per-token log-probabilities of each whole
+  text, the first token excluded (it has no prefix); with ``with_vocab_stats`` also the mean and
+  standard deviation of the next-token log-probability over the vocabulary at each scored position
+  (Min-K%++ needs them). With ``context_len`` / ``stride`` a longer text is scored in rolling windows
+  over its token ids (``rolling_windows``, ``score_rolling``) instead of being cut.
 
 Shared by the backends (so they read the same token ids):
 
@@ -53,10 +55,60 @@ class TokenScores:
     token_mean: list[float] = field(default_factory=list)
     token_std: list[float] = field(default_factory=list)
     truncated: int = 0
+    windows: int = 1  # rolling windows it was scored in (``score_rolling``)
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_logprobs)
+
+
+def rolling_windows(n: int, context_len: int, stride: int) -> list[tuple[int, int, int]]:
+    """``(start, end, new)`` of each window over ``n`` token ids: ids ``[start, end)`` are read and the
+    positions ``[new, end)`` scored (Oren et al. 2023, as their code windows a token sequence): the first
+    window scores all its tokens (from position 1, the first has no prefix); each later one ends
+    ``stride`` tokens further and reads ``context_len`` ids, so its new tokens have at least
+    ``context_len - stride`` tokens of context. Every position ``1..n-1`` is scored exactly once."""
+    if context_len < 2 or not 0 < stride < context_len:
+        raise ValueError(f"rolling windows need context_len >= 2 and 0 < stride < context_len, got "
+                         f"{context_len} and {stride}")  # fmt: skip
+    windows = [(0, min(n, context_len), 1)]
+    done = windows[0][1]
+    while done < n:
+        end = min(done + stride, n)
+        windows.append((end - context_len, end, done))
+        done = end
+    return windows
+
+
+def score_rolling(
+    score_ids: Any, encoded: Sequence[list[int]], context_len: int, stride: int, with_stats: bool
+) -> list[TokenScores]:
+    """Scores of whole token sequences from ``score_ids(list of id lists, with_stats)`` over their rolling
+    windows (``rolling_windows``): all windows of all sequences go to the engine at once, then each
+    sequence's new positions are joined in order. ``TokenScores.windows`` records how many it took."""
+    plans = [rolling_windows(len(ids), context_len, stride) for ids in encoded]
+    flat = [(i, w) for i, ws in enumerate(plans) for w in ws if w[1] - w[0] >= 2]
+    scored = score_ids([list(encoded[i][a:b]) for i, (a, b, _) in flat], with_stats) if flat else []
+    results = [TokenScores(token_logprobs=[], windows=len(ws)) for ws in plans]
+    for (i, (a, b, new)), part in zip(flat, scored, strict=True):
+        lo, hi = new - a - 1, b - a - 1  # window-local indices of positions new..b-1
+        res = results[i]
+        res.token_logprobs.extend(part.token_logprobs[lo:hi])
+        res.token_ids.extend(part.token_ids[lo:hi])
+        if with_stats:
+            res.token_mean.extend(part.token_mean[lo:hi])
+            res.token_std.extend(part.token_std[lo:hi])
+    return results
+
+
+def check_window(context_len: int, stride: int, max_context: int, engine: str) -> None:
+    """A request's rolling window must fit the model's context."""
+    if context_len > max_context:
+        raise ValueError(
+            f"{engine}: context_len={context_len} is longer than the model's context ({max_context} tokens); "
+            "lower the method's context_len or raise the model's max_model_len"
+        )
+    rolling_windows(0, context_len, stride)  # checks the pair
 
 
 @dataclass
@@ -88,7 +140,9 @@ class Engine(Protocol):
         self, prompts: list[str], sampling: Sampling, chat: bool = False, max_tokens: Sequence[int] | None = None
     ) -> list[Completion]: ...
 
-    def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]: ...
+    def score(
+        self, texts: list[str], with_vocab_stats: bool = False, context_len: int = 0, stride: int = 0
+    ) -> list[TokenScores]: ...
 
     def count_tokens(self, texts: list[str]) -> list[int]: ...
 

@@ -31,7 +31,7 @@ def content_key(req: Request) -> tuple[Hashable, ...]:
     """What the engine computes for ``req``, without the owner's bookkeeping (see the module doc)."""
     if req.kind == "generate":
         return ("generate", req.text, req.sampling, req.chat)
-    return ("score", req.text)
+    return ("score", req.text, req.context_len, req.stride)
 
 
 class Dedup:

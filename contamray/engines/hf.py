@@ -49,11 +49,13 @@ import torch
 from contamray.engines.base import (
     Completion,
     TokenScores,
+    check_window,
     encode_prompts,
     encode_texts,
     has_chat_template,
     keep_head,
     keep_tail,
+    score_rolling,
     token_limits,
     warn_truncated,
 )
@@ -200,20 +202,31 @@ class HFEngine:
         return [len(ids) for ids in self.encode(texts)]
 
     # ----------------------------------------------------------------- scoring
-    def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]:
+    def score(
+        self, texts: list[str], with_vocab_stats: bool = False, context_len: int = 0, stride: int = 0
+    ) -> list[TokenScores]:
+        if context_len:  # rolling windows over each text's ids: nothing is cut
+            check_window(context_len, stride, self.max_context, self.name)
+            return score_rolling(self.score_ids, self.encode(texts), context_len, stride, with_vocab_stats)
         encoded, truncated = keep_head(self.encode(texts), self.max_context)
         warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
+        results = self.score_ids(encoded, with_vocab_stats)
+        for res, n in zip(results, truncated):
+            res.truncated = n
+        return results
+
+    def score_ids(self, encoded: list[list[int]], with_vocab_stats: bool = False) -> list[TokenScores]:
+        """Scores of token id sequences (each at most the model's context), batched by length."""
         results: list[TokenScores | None] = [None] * len(encoded)
         scorable = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
         for i, ids in enumerate(encoded):
             if len(ids) < 2:
-                results[i] = TokenScores(token_logprobs=[], truncated=truncated[i])
+                results[i] = TokenScores(token_logprobs=[])
         lengths = [len(encoded[i]) for i in scorable]
         with torch.inference_mode():
             for bucket in length_buckets(lengths, self.batch_size):
                 idx = [scorable[b] for b in bucket]
                 for i, res in zip(idx, self._score_batch([encoded[i] for i in idx], with_vocab_stats)):
-                    res.truncated = truncated[i]
                     results[i] = res
         return [r for r in results if r is not None]
 

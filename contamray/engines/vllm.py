@@ -47,11 +47,13 @@ from typing import Any
 from contamray.engines.base import (
     Completion,
     TokenScores,
+    check_window,
     encode_prompts,
     encode_texts,
     has_chat_template,
     keep_head,
     keep_tail,
+    score_rolling,
     token_limits,
     warn_truncated,
 )
@@ -158,15 +160,29 @@ class VLLMEngine:
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.encode(texts)]
 
-    def score(self, texts: list[str], with_vocab_stats: bool = False) -> list[TokenScores]:
+    def score(
+        self, texts: list[str], with_vocab_stats: bool = False, context_len: int = 0, stride: int = 0
+    ) -> list[TokenScores]:
+        if with_vocab_stats:
+            raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
+        if context_len:  # rolling windows over each text's ids: nothing is cut
+            check_window(context_len, stride, self.max_context, self.name)
+            return score_rolling(self.score_ids, self.encode(texts), context_len, stride, False)
+        encoded, truncated = keep_head(self.encode(texts), self.max_context)
+        warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
+        results = self.score_ids(encoded)
+        for res, n in zip(results, truncated):
+            res.truncated = n
+        return results
+
+    def score_ids(self, encoded: list[list[int]], with_vocab_stats: bool = False) -> list[TokenScores]:
+        """Scores of token id sequences (each at most the model's context): prompt log-probabilities."""
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        encoded, truncated = keep_head(self.encode(texts), self.max_context)
-        warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
-        results = [TokenScores(token_logprobs=[], truncated=n) for n in truncated]
+        results = [TokenScores(token_logprobs=[]) for _ in encoded]
         todo = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
         if not todo:
             return results
@@ -188,7 +204,7 @@ class VLLMEngine:
                 if entry is None or ids[pos] not in entry:
                     raise RuntimeError(f"vLLM gave no log-probability for token {pos} of text #{i}")
                 values.append(float(entry[ids[pos]].logprob))
-            results[i] = TokenScores(token_logprobs=values, token_ids=list(ids[1:]), truncated=truncated[i])
+            results[i] = TokenScores(token_logprobs=values, token_ids=list(ids[1:]))
         return results
 
     def generate(self, prompts: list[str], sampling: Sampling, chat: bool = False) -> list[str]:

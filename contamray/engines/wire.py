@@ -49,6 +49,10 @@ class Request:
     stage: int = 0
     vocab_stats: bool = False  # score: also return per-position vocabulary mean/std (Min-K%++)
     chat: bool = False  # generate: wrap ``text`` as a user turn in the model's chat template (when it has one)
+    # score: a text longer than ``context_len`` tokens is scored in rolling windows over its token ids that
+    # advance by ``stride`` (Oren et al. 2023), inside the engine; 0 = the model's context, longer texts cut
+    context_len: int = 0
+    stride: int = 0
 
     def to_row(self) -> dict[str, Any]:
         row = dataclasses.asdict(self)
@@ -71,6 +75,8 @@ class Request:
             stage=int(row.get("stage", 0)),
             vocab_stats=bool(row.get("vocab_stats", False)),
             chat=bool(row.get("chat", False)),
+            context_len=int(row.get("context_len", 0) or 0),
+            stride=int(row.get("stride", 0) or 0),
         )
 
 
@@ -85,6 +91,7 @@ class Output:
     ``num_tokens`` the scored count.
     ``token_mean`` / ``token_std`` are, per scored position, the mean and standard deviation of the
     next-token log-probability over the vocabulary (Min-K%++), filled only when asked for.
+    ``n_windows`` is how many rolling windows a score took (``Request.context_len`` / ``stride``).
     ``truncated`` counts the tokens of the request the engine had to leave out (a prompt or text
     longer than the model's context): 0 when the whole text was read.
     ``error`` is non-empty when the request failed; the rest is then empty.
@@ -98,6 +105,7 @@ class Output:
     token_std: list[float] = field(default_factory=list)
     truncated: int = 0
     error: str = ""
+    n_windows: int = 0  # score: windows the text was scored in (1 when it fit one context)
     texts: list[str] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
 

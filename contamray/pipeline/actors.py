@@ -48,7 +48,8 @@ def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
     groups: dict[Any, list[int]] = defaultdict(list)
     for i, req in enumerate(requests):
         shared = dataclasses.replace(req.sampling, max_tokens=0)
-        group = ("generate", (shared, req.chat)) if req.kind == "generate" else ("score", req.vocab_stats)
+        score_option = (req.vocab_stats, req.context_len, req.stride)
+        group = ("generate", (shared, req.chat)) if req.kind == "generate" else ("score", score_option)
         groups[group].append(i)
     for (kind, option), positions in groups.items():
         try:
@@ -84,7 +85,8 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
             )
             for r, c in zip(reqs, completions, strict=True)
         ]
-    scores = engine.score(texts, with_vocab_stats=bool(option))
+    vocab_stats, context_len, stride = option
+    scores = engine.score(texts, with_vocab_stats=bool(vocab_stats), context_len=context_len, stride=stride)
     return [
         Output(
             key=r.key,
@@ -93,6 +95,7 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
             token_mean=list(map(float, s.token_mean)),
             token_std=list(map(float, s.token_std)),
             truncated=int(s.truncated),
+            n_windows=int(s.windows),
         )
         for r, s in zip(reqs, scores, strict=True)
     ]

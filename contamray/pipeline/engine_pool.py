@@ -38,10 +38,11 @@ MAX_RETRY_WAIT_S = 30.0
 class EnginePool:
     """A hosted model as one stage sees it; ``answer`` sends it batches of requests."""
 
-    def __init__(self, pool: ModelPlan, app: str, ray_cfg: dict[str, Any], hosts: Hosts) -> None:
+    def __init__(self, pool: ModelPlan, pools: EnginePools) -> None:
         self.name = pool.name
-        self.app = app
-        self.hosts = hosts
+        self.pool = pool
+        self.pools = pools
+        ray_cfg = pools.ray_cfg
         self.batch_size = max(1, int(ray_cfg.get("request_batch_size", 32)))
         self.in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2))) * max(1, pool.concurrency)
 
@@ -61,18 +62,18 @@ class EnginePool:
             log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
         unique = work.unique
         batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
-        handle = serve.get_app_handle(self.app)
         out: list[tuple[str, Output]] = []
-        with self.hosts.using(self.app), Progress(label, len(unique), unit="requests") as progress:
+        with self.pools.use(self.pool) as app, Progress(label, len(unique), unit="requests") as progress:
+            handle = serve.get_app_handle(app)
             with ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="engine") as pool:
-                futures = [pool.submit(self._send, handle, batch, label) for batch in batches]
+                futures = [pool.submit(self._send, handle, app, batch, label) for batch in batches]
                 for future in as_completed(futures):
                     answered = future.result()
                     out.extend(answered)
                     progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered))
         return work.expand(out)
 
-    def _send(self, handle: Any, batch: list[tuple[str, Request]], label: str) -> list[tuple[str, Output]]:
+    def _send(self, handle: Any, app: str, batch: list[tuple[str, Request]], label: str) -> list[tuple[str, Output]]:
         rows = {"cell": [cell for cell, _ in batch], "request": [json.dumps(req.to_row()) for _, req in batch]}
         error: BaseException | None = None
         for attempt in range(RETRIES + 1):
@@ -83,7 +84,7 @@ class EnginePool:
                 error = err
                 log.warning(
                     "%s: a batch of %d requests failed on %s (%s: %s); attempt %d of %d",
-                    label, len(batch), self.app, type(err).__name__, str(err).splitlines()[0][:200], attempt + 1,
+                    label, len(batch), app, type(err).__name__, str(err).splitlines()[0][:200], attempt + 1,
                     RETRIES + 1,
                 )  # fmt: skip
                 if attempt < RETRIES:
@@ -106,8 +107,13 @@ class EnginePools:
         self.run = uuid.uuid4().hex
 
     def get(self, pool: ModelPlan) -> EnginePool:
-        app = self.hosts.hold(self.run, pool, self.serve_cfg, self.ray_cfg)
-        return EnginePool(pool, app, self.ray_cfg, self.hosts)
+        """``pool``'s model for a stage; deployed now if it is not up (each pass makes sure again)."""
+        self.hosts.hold(self.run, pool, self.serve_cfg, self.ray_cfg)
+        return EnginePool(pool, self)
+
+    def use(self, pool: ModelPlan) -> Any:
+        """A context in which ``pool``'s deployment is up and safe from eviction (``Hosts.use``)."""
+        return self.hosts.use(self.run, pool, self.serve_cfg, self.ray_cfg)
 
     def make_room(self, cpus: float) -> None:
         """Free ``cpus`` for CPU work (the scoring actors) from idle models when the cluster is short."""

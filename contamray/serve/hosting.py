@@ -34,6 +34,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,28 +243,23 @@ class Hosts:
                 self._delete(hosted)
                 log.info("model %s: deployment %s deleted", hosted.pool.name, hosted.app)
 
-    def using(self, app: str) -> _Use:
-        return _Use(self, app)
-
-
-class _Use:
-    """Marks an application busy (not evictable) while a pass uses it."""
-
-    def __init__(self, hosts: Hosts, app: str) -> None:
-        self.hosts, self.app = hosts, app
-
-    def __enter__(self) -> None:
-        with self.hosts.count_lock:
-            hosted = self.hosts.apps.get(self.app)
-            if hosted is not None:
-                hosted.busy += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self.hosts.count_lock:
-            hosted = self.hosts.apps.get(self.app)
-            if hosted is not None:
-                hosted.busy -= 1
-                hosted.last_used = time.monotonic()
+    @contextmanager
+    def use(self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]) -> Iterator[str]:
+        """The application of ``pool``, up (deployed again if it was made to make room) and kept from
+        eviction until the block ends: deploying and marking it busy is one step under the deploy lock,
+        so another thread's ``make_room`` cannot delete it in between."""
+        with self.deploy_lock:
+            app = self.hold(run, pool, serve_cfg, ray_cfg)
+            with self.count_lock:
+                self.apps[app].busy += 1
+        try:
+            yield app
+        finally:
+            with self.count_lock:
+                hosted = self.apps.get(app)
+                if hosted is not None:
+                    hosted.busy -= 1
+                    hosted.last_used = time.monotonic()
 
 
 def _fits(available: dict[str, float], cpus: float, gpus: float) -> bool:

@@ -27,8 +27,8 @@ that **higher means more likely seen in training** (the ``score`` column):
   ``"reference"`` (a second model; requests carry ``engine="reference"``).
 
 The text of an example is its configured ``fields`` (``likelihood_text``). A text longer than
-``context_len`` tokens is scored in sliding windows like the sharded test (``likelihood_windows``), so
-no token is silently cut off by the engine.
+``context_len`` tokens is scored by the engine in rolling windows over its token ids, like the sharded
+test (``likelihood_windows``: one request, ``Output.n_windows``), so no token is cut off.
 
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
@@ -110,17 +110,7 @@ import numpy as np
 from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Outputs, Request, Verdict, register
 from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
-from contamray.methods.closed.likelihood_windows import (
-    Scored,
-    Window,
-    assemble,
-    byte_estimate,
-    plan_windows,
-    probe_count,
-    probe_request,
-    surely_fits,
-    window_requests,
-)
+from contamray.methods.closed.likelihood_windows import Scored, read_scored, score_request
 from contamray.records import Record
 from contamray.stats.tests import describe, mann_whitney_greater, roc_auc, tpr_at_fpr
 
@@ -301,36 +291,19 @@ class MembershipMethod(Method):
     def requests(
         self, records: list[Record], cfg: MembershipConfig, stage: int, outputs: dict[str, Output]
     ) -> list[Request]:
-        got = output_map(outputs or {})
+        if stage > 0:
+            return []
         out: list[Request] = []
         for record in records:
             if is_empty(record, cfg.fields):
                 continue  # score() reports it
             text = serialise(record, cfg.fields, cfg.format)
-            for v in self.variants(text, cfg):
-                base = v.base(record.id)
-                fits = surely_fits(v.text, cfg.context_len)
-                if stage == 0 and fits:
-                    out += window_requests(
-                        base, (record.id,), v.text, [Window(0, 0, len(v.text))],
-                        vocab_stats=v.vocab_stats, engine=v.engine, stage=0,
-                    )  # fmt: skip
-                elif stage == 0:
-                    out.append(probe_request(base, (record.id,), v.text, v.engine, 0))
-                elif stage == 1 and not fits:
-                    out += window_requests(
-                        base, (record.id,), v.text, self._windows(v, base, got, cfg),
-                        vocab_stats=v.vocab_stats, engine=v.engine, stage=1,
-                    )  # fmt: skip
+            out += [
+                score_request(v.base(record.id), (record.id,), v.text, cfg.context_len, cfg.stride,
+                              vocab_stats=v.vocab_stats, engine=v.engine)  # fmt: skip
+                for v in self.variants(text, cfg)
+            ]
         return out
-
-    @staticmethod
-    def _windows(v: Variant, base: str, outputs: Mapping[str, Output], cfg: MembershipConfig) -> list[Window]:
-        if surely_fits(v.text, cfg.context_len):
-            return [Window(0, 0, len(v.text))]
-        n = probe_count(outputs, base)
-        count = n if n is not None else byte_estimate(v.text)
-        return plan_windows(v.text, [(0, len(v.text))], [count], cfg.context_len, cfg.stride)
 
     # score ---------------------------------------------------------------------
     def score(
@@ -359,7 +332,7 @@ class MembershipMethod(Method):
             for v in self.variants(text, cfg):
                 base = v.base(record.id)
                 try:
-                    s = assemble(base, self._windows(v, base, got, cfg), got, vocab_stats=v.vocab_stats)
+                    s = read_scored(got, base, vocab_stats=v.vocab_stats)
                 except (KeyError, RuntimeError) as err:
                     errors.append(str(err).strip("'\""))
                     continue
@@ -379,7 +352,7 @@ class MembershipMethod(Method):
             row["n_windows"] = max(s.n_windows for s in scored.values())
             if row["n_windows"] > 1:
                 row["note"] = (
-                    f"longer than context_len={cfg.context_len} tokens: scored in {row['n_windows']} sliding windows "
+                    f"longer than context_len={cfg.context_len} tokens: scored in {row['n_windows']} rolling windows "
                     f"(stride {cfg.stride})"
                 )
             try:

@@ -13,8 +13,8 @@ needs no access to the training data:
    larger, as the authors' code);
 3. per shard, score the log-likelihood of the canonical concatenation and of
    ``permutations_per_shard`` random shuffles of it. Shards longer than ``context_len`` tokens are
-   scored with a sliding window that advances by ``stride`` tokens, each window scoring only its new
-   tokens (``likelihood_windows``);
+   scored with a sliding window over their token ids that advances by ``stride`` tokens, each window
+   scoring only its new tokens (done by the engine: ``likelihood_windows``);
 4. d_i = canonical_i - mean(shuffled_i); the one-sided t statistic of mean(d) > 0 across shards.
    Contaminated when p <= ``alpha``. The p-value (``test``):
 
@@ -133,9 +133,6 @@ Where this implementation departs from the authors' code, and why:
 - examples are joined as text and tokenised together; the authors tokenise each example alone and
   concatenate the ids, which for Llama tokenizers puts a BOS token before *every* example. Joined
   text is what a model trained on the file saw;
-- the windows are cut at whitespace near the token positions the paper's scheme gives (the engines
-  score texts, not ids), with window sizes from token counts measured by probe requests; every token
-  is still scored exactly once (see ``likelihood_windows``);
 - shuffles are drawn per shard from a generator seeded by (``seed``, partition, shard), so a shard's
   permutations do not depend on how many other shards there are; like the authors' code a shuffle
   may equal the canonical order (small shards);
@@ -144,10 +141,9 @@ Where this implementation departs from the authors' code, and why:
   serialises examples as hand-built pseudo-JSON without escaping quotes or newlines; here they are
   real JSON (``json.dumps``).
 
-Requests: stage 0 sends every shard that surely fits ``context_len`` whole (key
+Requests: one stage, one score request per order of every shard (key
 ``"<first record id of the shard>|shard<i>|canon"`` and ``...|perm<j>``, ``record_ids`` = the shard's
-records); for other shards it sends one token-count probe per example (``"<record id>|example|tokens"``)
-and, in stage 1, the windowed requests (``...|perm<j>|w<k>`` and their contexts ``...|w<k>|ctx``).
+records), carrying ``context_len`` / ``stride`` so the engine windows the longer ones.
 ``score_scope = "partition"``: ``score`` needs every shard of the partition at once.
 """
 
@@ -171,16 +167,7 @@ from contamray.methods.closed.likelihood_text import (
     is_empty,
     serialise,
 )
-from contamray.methods.closed.likelihood_windows import (
-    Window,
-    assemble,
-    byte_estimate,
-    plan_windows,
-    probe_count,
-    probe_request,
-    surely_fits,
-    window_requests,
-)
+from contamray.methods.closed.likelihood_windows import read_scored, score_request
 from contamray.methods.closed.order_structure import (
     RESIDUAL_ALPHA,
     OrderStructure,
@@ -269,7 +256,6 @@ class Shard:
     index: int
     records: list[Record]
     texts: list[str]  # serialised examples, each ending with the example separator
-    context_len: int
     units: list[list[int]] = field(default_factory=list)  # local row indices of each permutable unit
     orders: list[list[int]] = field(default_factory=list)  # [canonical, shuffle 1, ...] as row orders
     skip_reason: str = ""
@@ -294,10 +280,6 @@ class Shard:
     def perm_key(self, j: int) -> str:
         return f"{self.base}|canon" if j == 0 else f"{self.base}|perm{j}"
 
-    @property
-    def needs_probes(self) -> bool:
-        """False when every order of the shard surely fits ``context_len`` (sent whole, no probes)."""
-        return not surely_fits("".join(self.texts), self.context_len)
 
 
 def _shard_rng(seed: int, partition: str, index: int) -> np.random.Generator:
@@ -444,7 +426,7 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
             first = shard_units[0][0]
             rows_idx = [j for unit in shard_units for j in unit]
             shard = Shard(
-                partition, i, [usable[j] for j in rows_idx], [texts[j] for j in rows_idx], cfg.context_len,
+                partition, i, [usable[j] for j in rows_idx], [texts[j] for j in rows_idx],
                 units=[[j - first for j in unit] for unit in shard_units],
             )  # fmt: skip
             if len(shard_units) < MIN_SHARD:
@@ -461,21 +443,6 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
                 ]
             out.shards.append(shard)
     return out
-
-
-def _example_base(record: Record) -> str:
-    return f"{record.id}|example"
-
-
-def _windows(shard: Shard, order: Sequence[int], outputs: Mapping[str, Output], cfg: Config) -> list[Window]:
-    text, spans = shard.text(order)
-    if not shard.needs_probes:
-        return [Window(0, 0, len(text))]
-    counts = []
-    for i in order:
-        n = probe_count(outputs, _example_base(shard.records[i]))
-        counts.append(n if n is not None else byte_estimate(shard.texts[i]))
-    return plan_windows(text, spans, counts, cfg.context_len, cfg.stride)
 
 
 # ----------------------------------------------------------------------------- the method
@@ -525,30 +492,14 @@ class ShardedLikelihood(Method):
     # -- requests
 
     def requests(self, records: list[Record], cfg: Config, stage: int, outputs: dict[str, Output]) -> list[Request]:
-        live = [s for s in layout(records, cfg).shards if not s.skip_reason]
-        probed = [s for s in live if s.needs_probes]
-        out: list[Request] = []
-        if stage == 0:
-            for s in live:
-                if s.needs_probes:
-                    out += [
-                        probe_request(_example_base(r), (r.id,), t, "target", 0) for r, t in zip(s.records, s.texts)
-                    ]
-                else:
-                    out += self._shard_requests(s, outputs, cfg, stage)
-        elif stage == 1:
-            got = output_map(outputs or {})
-            for s in probed:
-                out += self._shard_requests(s, got, cfg, stage)
-        return out
-
-    def _shard_requests(self, shard: Shard, outputs: Mapping[str, Output], cfg: Config, stage: int) -> list[Request]:
-        reqs: list[Request] = []
-        for j, order in enumerate(shard.orders):
-            text, _ = shard.text(order)
-            windows = _windows(shard, order, outputs, cfg)
-            reqs += window_requests(shard.perm_key(j), shard.record_ids, text, windows, stage=stage)
-        return reqs
+        if stage > 0:
+            return []
+        return [
+            score_request(shard.perm_key(j), shard.record_ids, shard.text(order)[0], cfg.context_len, cfg.stride)
+            for shard in layout(records, cfg).shards
+            if not shard.skip_reason
+            for j, order in enumerate(shard.orders)
+        ]
 
     # -- score
 
@@ -580,7 +531,6 @@ class ShardedLikelihood(Method):
             "shard_size": len(shard.records) if shard else None,
             "shard_units": len(shard.units) if shard else None,
             "position": shard.records.index(record) if shard else None,
-            "example_tokens": None,
             "shard_status": status,
             "canonical_logprob": None,
             "shuffled_mean": None,
@@ -590,7 +540,6 @@ class ShardedLikelihood(Method):
             "n_permutations": 0,
             "orderings_logprob": None,
             "n_windows": None,
-            "max_window_tokens": None,
             "note": "",
             "error": error,
         }
@@ -598,43 +547,32 @@ class ShardedLikelihood(Method):
         return row
 
     def _score_shard(self, shard: Shard, outputs: Mapping[str, Output], cfg: Config) -> list[dict[str, Any]]:
-        tokens = {r.id: probe_count(outputs, _example_base(r)) for r in shard.records}
-        notes = []
-        long_ids = [rid for rid, n in tokens.items() if n is not None and n > cfg.context_len]
-        if long_ids:
-            notes.append(
-                f"example(s) {', '.join(long_ids)} longer than context_len={cfg.context_len} tokens: scored in "
-                f"sliding windows (stride {cfg.stride})"
-            )
         if shard.skip_reason:
-            return [
-                self._row(r, shard, status=f"skipped: {shard.skip_reason}", example_tokens=tokens[r.id])
-                for r in shard.records
-            ]
+            return [self._row(r, shard, status=f"skipped: {shard.skip_reason}") for r in shard.records]
+        notes = []
         totals: list[float | None] = []
         errors: list[str] = []
-        n_windows, biggest = 0, 0
-        for j, order in enumerate(shard.orders):
+        n_windows = 0
+        for j in range(len(shard.orders)):
             try:
-                scored = assemble(shard.perm_key(j), _windows(shard, order, outputs, cfg), outputs)
+                scored = read_scored(outputs, shard.perm_key(j))
             except (KeyError, RuntimeError) as err:
                 totals.append(None)
                 errors.append(str(err).strip("'\""))
                 continue
             totals.append(scored.total)
             n_windows = max(n_windows, scored.n_windows)
-            biggest = max(biggest, scored.max_window_tokens)
-        if n_windows > 1 and biggest > cfg.context_len:
-            notes.append(f"largest window had {biggest} tokens, more than context_len={cfg.context_len}")
+        if n_windows > 1:
+            notes.append(
+                f"longer than context_len={cfg.context_len} tokens: scored in up to {n_windows} rolling windows "
+                f"(stride {cfg.stride})"
+            )
         canonical = totals[0]
         shuffled = [t for t in totals[1:] if t is not None]
         if canonical is None or not shuffled:
             what = "the canonical order" if canonical is None else "every shuffled order"
             error = f"shard {shard.index}: {what} could not be scored: " + "; ".join(errors[:3])
-            return [
-                self._row(r, shard, error=error, status="failed", example_tokens=tokens[r.id], note="; ".join(notes))
-                for r in shard.records
-            ]
+            return [self._row(r, shard, error=error, status="failed", note="; ".join(notes)) for r in shard.records]
         if len(shuffled) < len(totals) - 1:
             notes.append(f"{len(totals) - 1 - len(shuffled)} shuffled order(s) failed and were left out: {errors[0]}")
         values = {
@@ -646,12 +584,8 @@ class ShardedLikelihood(Method):
             "n_permutations": len(shuffled),
             "orderings_logprob": json.dumps([canonical, *shuffled]),
             "n_windows": n_windows,
-            "max_window_tokens": biggest,
         }
-        return [
-            self._row(r, shard, status="scored", example_tokens=tokens[r.id], note="; ".join(notes), **values)
-            for r in shard.records
-        ]
+        return [self._row(r, shard, status="scored", note="; ".join(notes), **values) for r in shard.records]
 
     # -- reduce
 
@@ -693,7 +627,13 @@ class ShardedLikelihood(Method):
         variant = next((str(r["variant"]) for r in rows if r.get("variant")), VARIANTS[cfg.permute])
         orderings = [json.loads(shards[s["shard"]]["orderings_logprob"]) for s in per_shard
                      if shards[s["shard"]].get("orderings_logprob")]  # fmt: skip
-        test = cfg.test if len(orderings) == len(per_shard) else "t"  # rows of an older run carry no orderings
+        test = cfg.test
+        if test == "permutation" and len(orderings) != len(per_shard):
+            raise ValueError(
+                f"{len(per_shard) - len(orderings)} scored shard(s) carry no orderings_logprob (rows of an older "
+                "version): the permutation p needs every order's log-likelihood; recompute the cell "
+                "(run.force=true), or set test: t for Student's t"
+            )
         details: dict[str, Any] = {
             "test": TEST_TEXT[test],
             "variant": variant,
