@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import ray
+from ray import serve
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
@@ -22,6 +23,7 @@ def cluster():
     ray.init(address=cluster.address)
     cluster.wait_for_nodes()
     yield gpu_node.node_id
+    serve.shutdown()  # its deployments and the process's handles to them, with the cluster
     ray.shutdown()
     cluster.shutdown()
 

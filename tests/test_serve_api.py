@@ -202,6 +202,9 @@ def server(ray_head: str, tmp_path_factory: pytest.TempPathFactory, mirror_dir: 
         "limits.max_body_bytes=20000", "limits.max_items=8", "limits.burst=60", "limits.requests_per_minute=60",
     ])
     app = build_app(settings, environ={"CONTAMRAY_API_TOKENS": f"{TOKEN},{OTHER}"})
+    if ray.is_initialized():  # an earlier test's Ray (and its Serve) in this process: leave it first
+        serve.shutdown()
+        ray.shutdown()
     ray.init(address=ray_head, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -154,6 +154,7 @@ class Hosts:
 
     apps: dict[str, Hosted] = field(default_factory=dict)
     loads: dict[str, int] = field(default_factory=dict)  # deployments made by this process, per application
+    session: str = ""  # the Ray session the applications live in
     deploy_lock: threading.RLock = field(default_factory=threading.RLock)
     count_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -161,11 +162,31 @@ class Hosts:
         """The application of ``pool``, deployed if it is not up; ``run`` holds it until ``release``."""
         app = app_name(pool)
         with self.deploy_lock:
+            self._follow_session()
             hosted = self.apps.get(app)
             if hosted is None or app not in running_apps():
                 hosted = self._deploy(app, pool, serve_cfg, ray_cfg, reuse=hosted is None)
             hosted.holders.add(run)
             return app
+
+    def _follow_session(self) -> None:
+        """Forget what was known of another Ray session's Serve (a process that shut Ray down and joined or
+        started another one, as a test suite does): its applications are gone, and Serve's process-wide
+        cache of controller long-poll clients (keyed by the controller's actor handle, whose id a new
+        cluster can repeat) would route this session's requests to the old controller's replica table,
+        where they wait forever. The cache is cleared (a private Ray API; skipped if it moved)."""
+        session = _session()
+        if session == self.session:
+            return
+        if self.session:
+            self.apps.clear()
+            try:
+                from ray.serve._private.router import SharedRouterLongPollClient
+
+                SharedRouterLongPollClient.get_or_create.cache_clear()
+            except (ImportError, AttributeError):  # pragma: no cover - a Ray without that cache
+                log.debug("no Serve long-poll client cache to clear")
+        self.session = session
 
     def _deploy(
         self, app: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any], reuse: bool
@@ -260,6 +281,14 @@ class Hosts:
                 if hosted is not None:
                     hosted.busy -= 1
                     hosted.last_used = time.monotonic()
+
+
+def _session() -> str:
+    """The Ray session this process is connected to (unique per cluster start)."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return str(getattr(node, "session_name", "") or ray.get_runtime_context().gcs_address)
 
 
 def _fits(available: dict[str, float], cpus: float, gpus: float) -> bool:
