@@ -14,13 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
-import signal
-import socket
 import subprocess
-import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +22,7 @@ import pytest
 import yaml
 
 from contamray.pipeline.plan import Cell
+from tests.ray_head import ray_head as local_ray_head
 from tests.test_report import ARC, GSM, expected_holm, guided_cell, ngram_rows, verdict, write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,60 +169,11 @@ def test_scripts_need_a_cluster_address_and_an_absolute_output_root() -> None:
 # for real, on a local Ray head with the Jobs API
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.fixture(scope="module")
 def ray_head():
-    """`ray start --head --block` with its own ports and temp dir; stopped by its pid afterwards."""
-    ray_bin = shutil.which("ray")
-    assert ray_bin, "the ray CLI is not on PATH"
-    gcs, dash, client, agent, agent_grpc, env_agent, metrics, node_manager = free_ports(8)
-    temp = Path(tempfile.mkdtemp(prefix="crray", dir="/tmp"))  # short: Ray's socket paths have a limit
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local cluster: no token to hand out
-    env.pop("RAY_ADDRESS", None)
-    cmd = [
-        ray_bin, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
-        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--ray-client-server-port={client}",
-        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--runtime-env-agent-port={env_agent}", f"--metrics-export-port={metrics}",
-        f"--node-manager-port={node_manager}", "--num-cpus=2", '--resources={"contamray_driver": 2}',
-        f"--temp-dir={temp}", "--disable-usage-stats",
-    ]
-    log = open(temp / "start.log", "w")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{address}/api/version", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            pytest.fail(f"local Ray head did not start: {(temp / 'start.log').read_text()[-3000:]}")
-        time.sleep(1)
-    try:
-        yield {"address": address, "temp": temp}
-    finally:
-        proc.send_signal(signal.SIGINT)  # `ray start --block` stops the processes it started
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session we created for it, nothing else
-            proc.wait(timeout=30)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+    """A local Ray head with a ``contamray_driver`` resource (where job drivers run)."""
+    with local_ray_head(2, '--resources={"contamray_driver": 2}') as head:
+        yield {"address": head.dashboard, "temp": head.temp}
 
 
 def run_script(

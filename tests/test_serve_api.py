@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +31,8 @@ import requests
 from contamray.serve.config import load_settings
 from contamray.serve.jobs import JobSpec, job_overrides
 from contamray.serve.security import ApiError, SecurityError, TokenBucket, token_digests
+from tests.ray_head import free_ports
+from tests.ray_head import ray_head as local_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-a-0123456789abcdef"
@@ -49,12 +47,6 @@ JOB_OVERRIDES = [f"run.limit={ROWS}"] + [
     o for m in METHODS for o in (f"methods.{m}.reference={REFERENCE}", f"methods.{m}.mode=distribution")
 ]
 SCORES = ["score", "mean_logprob", "n_tokens", "min_k_5", "min_k_20", "min_k_60"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def auth(token: str = TOKEN) -> dict[str, str]:
@@ -148,44 +140,9 @@ def test_job_overrides_only_from_the_allow_lists(mirror_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ray_head():
-    """`ray start --head --block` with free ports (its Jobs agent among them: a machine may run other Ray
-    instances) and its own temp dir; stopped by its pid afterwards."""
-    ray_bin = shutil.which("ray")
-    assert ray_bin, "the ray CLI is not on PATH"
-    gcs, dash, client, agent, agent_grpc, env_agent, metrics, node_manager = (free_port() for _ in range(8))
-    temp = Path(tempfile.mkdtemp(prefix="crsrv", dir="/tmp"))  # short: Ray's socket paths have a limit
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local cluster: no token to hand out
-    env.pop("RAY_ADDRESS", None)
-    cmd = [
-        ray_bin, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
-        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--ray-client-server-port={client}",
-        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--runtime-env-agent-port={env_agent}", f"--metrics-export-port={metrics}",
-        f"--node-manager-port={node_manager}", "--num-cpus=4", f"--temp-dir={temp}", "--disable-usage-stats",
-    ]
-    log = open(temp / "start.log", "w")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 180
-    while True:
-        try:
-            if requests.get(f"http://127.0.0.1:{dash}/api/version", timeout=5).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            pytest.fail(f"local Ray head did not start: {(temp / 'start.log').read_text()[-3000:]}")
-        time.sleep(1)
-    try:
-        yield f"127.0.0.1:{gcs}"
-    finally:
-        proc.send_signal(signal.SIGINT)  # `ray start --block` stops the processes it started
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session we created for it, nothing else
-            proc.wait(timeout=30)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+    """A local Ray head of our own (the Jobs API needs its dashboard)."""
+    with local_ray_head(4, prefix="crsrv") as head:
+        yield head.gcs
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +153,7 @@ def server(ray_head: str, tmp_path_factory: pytest.TempPathFactory, mirror_dir: 
     from contamray.serve.api import APP_NAME, build_app
 
     out = tmp_path_factory.mktemp("api")
-    port = free_port()
+    (port,) = free_ports(1)
     settings = load_settings([
         f"port={port}", f"data.mirror_dir={mirror_dir}", f"jobs.output_root={out}", f"jobs.python={sys.executable}",
         "limits.max_body_bytes=20000", "limits.max_items=8", "limits.burst=60", "limits.requests_per_minute=60",
