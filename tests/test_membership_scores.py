@@ -60,6 +60,22 @@ def test_min_k_plus_plus_tokens_by_hand():
     assert np.isfinite(min_k_plus_plus_tokens([-1.0], [-1.0], [0.0])).all()  # sigma floored
 
 
+def test_a_contiguous_block_of_an_ordered_split_is_warned_about_in_heldout_mode():
+    from contamray.methods.base import BenchmarkFacts
+
+    method = get_method("min_k")
+    config = method.make_config({"reference": {"mmlu": "mmlu_val"}})
+
+    def facts(sample: str, adapter: str = "mmlu") -> BenchmarkFacts:
+        return BenchmarkFacts("mmlu", adapter, "all", "test", "multiple_choice", True, 100, sample)
+
+    (warning,) = [w for w in method.plan_warnings(config, facts("first")) if "sample=first" in w]
+    assert "MMLU is sorted by subject" in warning and "benchmarks.mmlu.sample=random" in warning
+    assert not [w for w in method.plan_warnings(config, facts("random")) if "sample=first" in w]
+    # a generated benchmark's rows are independent draws in any order
+    assert not [w for w in method.plan_warnings(config, facts("first", "synthetic_facts")) if "sample=first" in w]
+
+
 def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"methods\.min_k.*fractions"):
         get_method("min_k").make_config({"k": 20})

@@ -397,6 +397,19 @@ class MembershipMethod(Method):
         warnings = super().plan_warnings(cfg, bench)
         ref = cfg.reference
         is_reference = bench.name in ref.values() if isinstance(ref, dict) else bench.name == ref
+        if (
+            cfg.mode == "heldout"
+            and bench.sample == "first"
+            and bench.limit is not None
+            and not _generated(bench.adapter)
+            and (self.reference_benchmark(cfg, bench.name) or is_reference)
+        ):
+            warnings.append(
+                f"{self.name} on {bench.name}: sample=first takes the first {bench.limit} rows, a contiguous block; a "
+                "held-out comparison assumes the partition and its held-out are exchangeable draws, which a block "
+                "is not when the split's order follows content (MMLU is sorted by subject, HellaSwag runs by "
+                f"activity) - set benchmarks.{bench.name}.sample=random (and the same for its held-out)"
+            )
         if not self.reference_benchmark(cfg, bench.name) and not is_reference:
             warnings.append(
                 f"{self.name} on {bench.name}: no reference partition, the verdict will be inconclusive; to test it, "
