@@ -173,19 +173,28 @@ def server(ray_head: str, tmp_path_factory: pytest.TempPathFactory, mirror_dir: 
 
 
 @pytest.fixture(scope="module")
-def batch(server, tmp_path_factory: pytest.TempPathFactory, mirror_dir: Path):
-    """The batch pipeline on the same selection: its records, examples and partitions."""
+def batch(server, ray_head: str, tmp_path_factory: pytest.TempPathFactory, mirror_dir: Path):
+    """The batch pipeline on the same selection, on the same cluster (so on the same hosted model): its
+    records, examples and partitions. It runs as `python -m contamray.run` in a process of its own, as a
+    user's batch run would; this test process has seen other tests' Ray sessions."""
     from contamray.pipeline.plan import build_plan
-    from contamray.pipeline.runner import execute, load_benchmarks
+    from contamray.pipeline.runner import load_benchmarks
     from contamray.validate.compose import compose_config, to_dict
 
     out = tmp_path_factory.mktemp("batch")
     overrides = ["+exp=base", f"model=[{MODEL}]", "benchmark=[synthetic_facts,synthetic_structured]",
                  f"method=[{','.join(METHODS)}]", f"data.mirror_dir={mirror_dir}", *JOB_OVERRIDES]
+    env = dict(os.environ, RAY_ADDRESS=ray_head, RAY_AUTH_MODE="disabled")  # as the head was started
+    proc = subprocess.run([sys.executable, "-m", "contamray.run", *overrides, f"hydra.run.dir={out}"], env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     plan = build_plan(to_dict(compose_config(overrides, out)))
-    result = execute(plan, out)
     records, _ = load_benchmarks(plan, ["synthetic_facts"])
-    return {"records": records["synthetic_facts"], "examples": result.examples, "partitions": result.partitions}
+    return {
+        "records": records["synthetic_facts"],
+        "examples": pd.read_parquet(out / "examples.parquet"),
+        "partitions": pd.read_parquet(out / "partitions.parquet"),
+    }
 
 
 @pytest.mark.slow
