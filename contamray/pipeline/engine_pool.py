@@ -107,8 +107,7 @@ class EnginePools:
         self.run = uuid.uuid4().hex
 
     def get(self, pool: ModelPlan) -> EnginePool:
-        """``pool``'s model for a stage; deployed now if it is not up (each pass makes sure again)."""
-        self.hosts.hold(self.run, pool, self.serve_cfg, self.ray_cfg)
+        """``pool``'s model for a stage; each pass deploys it if it is not up (``use``)."""
         return EnginePool(pool, self)
 
     def use(self, pool: ModelPlan) -> Any:
