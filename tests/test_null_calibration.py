@@ -12,12 +12,14 @@ Inconclusive answers are allowed (a test may decline a null it cannot credit - e
 on structure it cannot remove), but the tests must decide on most slices, or the check would be empty.
 Alongside, the injected partition (the fine-tuned ARC slice) is still flagged by every likelihood test.
 
-Measured (2026-11-23): Min-K%++ 0 of 20 flagged, Min-K% 1, perplexity 1, zlib 2, lowercase 3, reference
-ratio 1 (each membership score may flag 3 here, their mean at most 2 - see ``MAX_FLAGS_ONE``); the
-sharded test 3 (see its test: the same three slices whichever shuffles and p-value); guided prompting's
-Algorithm 1 (exact sign flip) on the paper's 10 instances flagged 2 and left 14 inconclusive (fewer than 5
-instances whose guided and general completions differ), hence the whole 20-row slices here: 0 flagged,
-16 clean, 4 inconclusive.
+Measured (2026-11-24): Min-K%++ 1 of 20 flagged, Min-K% 0, perplexity 0, zlib 2, lowercase 1, reference
+ratio 0. Before the membership tests compared sampling units (``stats.clusters``: a contiguous slice of
+``synthetic_structured`` is a cluster sample of entity runs, tested as blocks of consecutive rows) they
+flagged up to 3 (lowercase), 2 on average. The sharded test flags 3 (see its test: the same three slices
+whichever shuffles and p-value; an exact test flags >= 3 of 20 with probability 0.075); guided
+prompting's Algorithm 1 (exact sign flip) on the paper's 10 instances flagged 2 and left 14 inconclusive
+(fewer than 5 instances whose guided and general completions differ), hence the whole 20-row slices
+here: 0 flagged, 16 clean, 4 inconclusive.
 
 Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
 zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.
@@ -42,8 +44,8 @@ ALPHA = 0.05
 SLICE = 20
 N_SLICES = 10  # per generated benchmark
 MAX_FLAGS = 2  # of 20 clean slices: the issue's bar (P(>= 3 of 20) = 0.075 for a valid test at 0.05)
-# the bar each method must clear here: a valid test flags >= 4 of 20 with probability 0.016, so more than 3
-# is evidence against its null; the six membership scores, tested on the same slices, must also average <= 2
+# the sharded test's bar (see its test): a valid test flags >= 4 of 20 with probability 0.016, so more than 3
+# is evidence against its null
 MAX_FLAGS_ONE = 3
 
 
@@ -87,9 +89,8 @@ def test_membership_scores_hold_their_null_on_clean_slices(engines, clean_slices
     print("membership scores on 20 clean slices:", counts)
     for name, count in counts.items():
         assert sum(count.values()) == 2 * N_SLICES
-        assert count["contaminated"] <= MAX_FLAGS_ONE, (name, count)
+        assert count["contaminated"] <= MAX_FLAGS, (name, count)
         assert count["clean"] >= N_SLICES, (name, count)  # they decide; the check is not empty
-    assert sum(c["contaminated"] for c in counts.values()) <= MAX_FLAGS * len(counts), counts
     # the injected partition is still flagged, against a held-out slice of the same benchmark
     fields = {"fields": list(contaminated_model.fields), "format": contaminated_model.format, "reference": "unseen"}
     for name in MEMBERSHIP:
@@ -111,9 +112,9 @@ def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices
     orders happen to be likely ones, a property of the slices, not of the shuffles. The generator draws
     rows independently (``benchmarks/synthetic.py``), so the canonical order of a slice is exchangeable
     with its shuffles and the permutation p is exact (``tests/test_stats_tests.py`` checks its level):
-    3 of 20 happens with probability 0.075 for an exact test at 0.05. The bar here is the one the
-    membership scores share (``MAX_FLAGS_ONE``; >= 4 of 20 would be evidence against the null at 0.016),
-    one above the issue's 2 - reported, not hidden by choosing other slices."""
+    3 of 20 happens with probability 0.075 for an exact test at 0.05. The bar here (``MAX_FLAGS_ONE``;
+    >= 4 of 20 would be evidence against the null at 0.016) is one above the issue's 2 - reported, not
+    hidden by choosing other slices."""
     method = get_method("sharded_likelihood")
     cfg = method.make_config({"num_shards": 5, "permutations_per_shard": 5})
     verdicts = {

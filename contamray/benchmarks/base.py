@@ -192,6 +192,9 @@ class Adapter:
     groups: GroupHook | None = None
     note: str = ""
     generate: GenerateHook | None = None  # set for generated benchmarks (synthetic_facts)
+    # rows are independent draws whatever their order (a generator drawing each row alone), so a contiguous
+    # block is a random sample; False for every hub dataset, whose order may follow content
+    independent_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in TASK_TYPES:

@@ -211,7 +211,7 @@ def convert(ctx: RowContext) -> Record:
 
 
 def generated_adapter(name: str, convert: Callable[[RowContext], Record], generate: Callable[..., Any],
-                      note: str) -> Adapter:  # fmt: skip
+                      note: str, independent_rows: bool = False) -> Adapter:  # fmt: skip
     """The adapter of a benchmark generated in-process: hub id ``contamray/<name>``, the configs
     ``CONFIGS`` and splits ``SPLITS`` (``test`` by default), question answering, ids in ``id``."""
     return Adapter(
@@ -226,11 +226,16 @@ def generated_adapter(name: str, convert: Callable[[RowContext], Record], genera
         id_field="id",
         generate=generate,
         note=note,
+        independent_rows=independent_rows,
     )
 
 
 ADAPTERS = (
     generated_adapter(
-        "synthetic_facts", convert, generate, "generated in-process (no hub, no mirror): facts about invented entities"
+        "synthetic_facts",
+        convert,
+        generate,
+        "generated in-process (no hub, no mirror): facts about invented entities",
+        independent_rows=True,  # every row drawn alone: any block of rows is a random sample
     ),
 )

@@ -30,7 +30,7 @@ MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type")
 BACKENDS = ("auto", "hf", "vllm")
 # part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts; 4: long
 # texts windowed over token ids in the engine), so no run reuses a cell computed under older rules
-RESULTS_VERSION = 4
+RESULTS_VERSION = 5
 
 
 class ConfigError(ValueError):
