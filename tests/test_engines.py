@@ -341,14 +341,18 @@ def test_empty_prompt_is_refused(hf32: HFEngine) -> None:
 def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
     """vLLM (CPU build, in this process; its engine core runs in a child process) and transformers,
     both float32, give the same per-token log-probabilities within ``CROSS_TOL`` and the same greedy
-    generations. ~1 min: vLLM start-up plus its first-call warm-up."""
+    generations. The engine is built as a Serve replica builds it (``streaming``: vLLM's async engine,
+    one request per prompt); calls from several threads at once share its running batch and get what
+    they get alone. (The offline ``vllm.LLM`` path is the sharded test's vLLM run.) ~1 min: vLLM
+    start-up plus its first-call warm-up."""
     pytest.importorskip("vllm")
     from contamray.engines.vllm import VLLMEngine
 
     engine = build_engine(
-        EngineSpec(source="smollm2-135m", backend="vllm", dtype="float32", max_model_len=1024, name="t")
+        EngineSpec(source="smollm2-135m", backend="vllm", dtype="float32", max_model_len=1024, name="t"),
+        streaming=True,
     )
-    assert isinstance(engine, VLLMEngine)
+    assert isinstance(engine, VLLMEngine) and engine.concurrent
     try:
         assert engine.count_tokens(TEXTS) == hf32.count_tokens(TEXTS)
         ours, theirs = engine.score(TEXTS), hf32.score(TEXTS)
@@ -386,6 +390,24 @@ def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
         (first,) = engine.complete(prompts[:1], sampled)
         assert len(first.samples) == len(first.sample_ids) == 3 and first.text == first.samples[0]
         assert engine.complete(prompts[:1], sampled)[0].samples == first.samples
+        # three callers at once (a replica's batches in flight): each gets what it gets alone
+        alone = [engine.complete(prompts, sampled), engine.score(TEXTS)]
+        together: dict[int, list] = {}
+
+        def call(k: int) -> None:
+            together[k] = [engine.complete(prompts, sampled), engine.score(TEXTS)]
+
+        threads = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for k in range(3):
+            assert together[k][0] == alone[0]
+            assert [s.token_ids for s in together[k][1]] == [s.token_ids for s in alone[1]]
+            for a, b in zip(together[k][1], alone[1], strict=True):
+                if a.num_tokens:
+                    assert (torch.tensor(a.token_logprobs) - torch.tensor(b.token_logprobs)).abs().max() <= CROSS_TOL
     finally:
         engine.close()
 

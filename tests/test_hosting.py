@@ -117,3 +117,28 @@ def test_a_kept_deployment_is_reused_and_a_killed_replica_is_replaced(roomy_ray,
     pd.testing.assert_frame_equal(undisturbed[1], disturbed[1])
     assert app in running_apps()  # reused, not deployed by the second run: left for its owner
     serve.delete(app)
+
+
+def test_a_vllm_replica_answers_a_run_as_transformers_does(roomy_ray, tmp_path, mirror_dir):
+    """The GPU path on this CPU: the target on ``backend: vllm`` (vLLM's CPU build) runs as a Serve
+    replica with vLLM's async engine (``streaming``), two batches in flight; its per-example scores equal
+    the transformers replica's within the engines' per-token tolerance, and the verdicts are the same.
+    ~1.5 min: vLLM start-up in the replica."""
+    pytest.importorskip("vllm")
+    overrides = (
+        "model=[smollm2_135m_fp32]", "benchmark=[synthetic_facts]", "run.limit=12", "corpus=none",
+        "method=[perplexity]", "ray.request_batch_size=3", "models.smollm2_135m_fp32.max_model_len=1024",
+        "methods.perplexity.context_len=512", "methods.perplexity.stride=256",
+        f"data.mirror_dir={mirror_dir}",
+    )  # fmt: skip
+    results = {}
+    for backend in ("hf", "vllm"):
+        cfg = composed(*overrides, f"models.smollm2_135m_fp32.backend={backend}")
+        cfg.run.output_dir = str(tmp_path / backend)
+        run(cfg)
+        results[backend] = _scores(tmp_path / backend)
+    hf, vllm = results["hf"], results["vllm"]
+    assert (hf[0]["error"] == "").all() and (vllm[0]["error"] == "").all()
+    assert list(hf[0]["record_id"]) == list(vllm[0]["record_id"])
+    assert (hf[0]["score"] - vllm[0]["score"]).abs().max() <= 1e-3  # a mean of per-token log-probabilities
+    assert list(hf[1]["decision"]) == list(vllm[1]["decision"])

@@ -111,8 +111,12 @@ def pick_backend(spec: EngineSpec) -> str:
     return "vllm" if torch.cuda.is_available() and _vllm_usable() else "hf"
 
 
-def build_engine(spec: EngineSpec) -> Engine:
-    """Build the engine ``spec`` describes (the model is converted/loaded here)."""
+def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
+    """Build the engine ``spec`` describes (the model is converted/loaded here).
+
+    ``streaming``: a vLLM engine runs as vLLM's async engine, each request added as it arrives, so calls
+    from several threads share its running batch (``VLLMEngine``); a Serve replica asks for it.
+    Transformers has no such engine and ignores it."""
     backend = pick_backend(spec)
     path = resolve_model_path(spec.source, where=f"{spec.where}.source")
     label = f"{backend}:{spec.name or spec.source}"
@@ -143,4 +147,5 @@ def build_engine(spec: EngineSpec) -> Engine:
         seed=spec.seed,
         name=label,
         where=spec.where,
+        streaming=streaming,
     )

@@ -29,6 +29,14 @@ only way to the vocabulary mean and standard deviation would be ``prompt_logprob
 ``vocab_size`` Python numbers per position out of the engine (millions per text) - not a real option.
 Use the ``hf`` backend for Min-K%++.
 
+``streaming=True`` (how a Serve replica builds it, ``serve/hosting.py``): the engine is vLLM's
+``AsyncLLM`` on an event loop of its own thread, and every prompt is its own request, added as it
+arrives - continuous batching. The methods keep their blocking signatures, so the replica answers
+several batches at once by calling them from several threads: their requests join the running batch
+instead of waiting for the previous call to finish (the offline ``LLM`` runs one call at a time).
+Each request carries its own ``SamplingParams`` (seed included), so what it gets does not depend on what
+else is running.
+
 On a machine without CUDA (vLLM's CPU build) the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE``
 (GiB); it is set to ``kv_cache_gib`` unless already set, since vLLM's own default takes a large share
 of RAM. ``vllm`` is imported only when this engine is built, so the package works without it.
@@ -38,9 +46,12 @@ Creating ``vllm.LLM`` starts an engine-core process: a script doing it needs the
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
+import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,6 +122,7 @@ class VLLMEngine:
         seed: int = 0,
         name: str = "",
         where: str = "model",
+        streaming: bool = False,
         **llm_kwargs: Any,
     ) -> None:
         import torch
@@ -131,7 +143,7 @@ class VLLMEngine:
         self.name = name or f"vllm:{model_path}"
         self._warned_no_template = False
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-        self.llm = vllm.LLM(
+        args = dict(
             model=model_path,
             tokenizer=model_path,
             dtype=vllm_dtype(dtype, where=f"{where}.dtype"),
@@ -143,8 +155,48 @@ class VLLMEngine:
             seed=seed,
             **llm_kwargs,
         )
-        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.llm: Any = None
+        self.async_llm: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.concurrent = streaming  # calls from several threads share the engine's running batch
+        if streaming:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, name=f"{self.name}-loop", daemon=True).start()
+            self.async_llm = self._wait(_start_async(vllm.AsyncEngineArgs(**args)))
+            model_config = self.async_llm.model_config
+        else:
+            self.llm = vllm.LLM(**args)
+            model_config = self.llm.llm_engine.model_config
+        self.max_model_len = int(model_config.max_model_len)
         self.max_context: int = self.max_model_len - 1
+
+    def _wait(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the engine's loop and wait for it (streaming mode)."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _generate(self, prompts: list[Any], params: Any) -> list[Any]:
+        """vLLM's ``RequestOutput`` of each prompt: one offline ``LLM.generate`` call, or (streaming) one
+        ``AsyncLLM`` request per prompt, added at once and gathered when all are finished."""
+        if self.async_llm is None:
+            return self.llm.generate(prompts, params, use_tqdm=False)
+        from vllm.sampling_params import RequestOutputKind
+
+        each = params if isinstance(params, list) else [params] * len(prompts)
+        for p in each:
+            p.output_kind = RequestOutputKind.FINAL_ONLY  # as the offline LLM: one output, prompt logprobs in it
+        engine = self.async_llm
+
+        async def one(prompt: Any, p: Any) -> Any:
+            final = None
+            async for out in engine.generate(prompt, p, request_id=uuid.uuid4().hex):
+                final = out
+            return final
+
+        async def every() -> list[Any]:
+            return list(await asyncio.gather(*(one(prompt, p) for prompt, p in zip(prompts, each, strict=True))))
+
+        return self._wait(every())
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids with the tokenizer's special tokens (identical to ``HFEngine.encode``)."""
@@ -187,9 +239,7 @@ class VLLMEngine:
         if not todo:
             return results
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=encoded[i]) for i in todo], params, use_tqdm=False
-        )
+        outputs = self._generate([TokensPrompt(prompt_token_ids=encoded[i]) for i in todo], params)
         for i, out in zip(todo, outputs):
             ids = encoded[i]
             entries = out.prompt_logprobs
@@ -239,9 +289,7 @@ class VLLMEngine:
         ]
         _require_tokens(encoded)
         warn_truncated(self.name, "prompts", truncated, min(rooms, default=0), "cut from the left to leave max_tokens")
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False
-        )
+        outputs = self._generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params)
         return [
             Completion(
                 text=out.outputs[0].text,
@@ -263,4 +311,26 @@ class VLLMEngine:
                 shutdown()
             self.llm = None
             del llm
-            gc.collect()
+        if getattr(self, "async_llm", None) is not None:
+            self._wait(_stop_async(self.async_llm))
+            self.async_llm = None
+        if getattr(self, "_loop", None) is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop = None
+        gc.collect()
+
+
+async def _start_async(args: Any) -> Any:
+    """vLLM's ``AsyncLLM``, created on the loop that will drive it (its output handler runs there)."""
+    from vllm import AsyncLLMEngine
+
+    return AsyncLLMEngine.from_engine_args(args)
+
+
+async def _stop_async(engine: Any) -> None:
+    """Shut ``engine`` down on its loop and end the loop's other tasks (its output handler)."""
+    engine.shutdown()
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

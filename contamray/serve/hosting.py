@@ -60,37 +60,48 @@ MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
 class EngineReplica:
     """One replica of a model: builds the engine once, answers batches of requests (JSON rows).
 
-    Batches that arrive together (a batch stage's next ones, several API checks at once) are answered
-    in one engine call (``serve.batch``: up to ``MERGE_BATCHES`` of them, waiting at most
-    ``MERGE_WAIT_S`` for company), so small on-demand checks share the model's batches as a stage's
-    requests do. One engine call runs at a time, on a thread: the event loop stays free.
+    A vLLM engine is built streaming (vLLM's async engine, ``engines/vllm.py``): every batch that
+    arrives is answered at once on its own thread, and its requests join the engine's running batch
+    (continuous batching), so the ``ray.batches_in_flight`` batches a stage keeps per replica, and API
+    checks beside them, are all in the engine together. Transformers has no such engine: batches that
+    arrive together (a stage's next ones, several API checks at once) are answered in one engine call
+    (``serve.batch``: up to ``MERGE_BATCHES`` of them, waiting at most ``MERGE_WAIT_S`` for company), one
+    call at a time. Either way the engine runs on threads: the event loop stays free for health checks.
     """
 
     def __init__(self, engine_spec: dict[str, Any], model: str) -> None:
         from contamray.engines import EngineSpec, build_engine
 
         started = time.perf_counter()
-        self.engine = build_engine(EngineSpec(**engine_spec))
+        self.engine = build_engine(EngineSpec(**engine_spec), streaming=True)
         self.model = model
         log.info("engine replica of %s loaded in %.1f s", model, time.perf_counter() - started)
 
     async def answer(self, batch: dict[str, Any]) -> dict[str, list[str]]:
         """``batch``: columns ``cell`` and ``request`` (JSON rows); returns ``cell`` and ``output`` (JSON)."""
-        outputs = await self._answer_together(list(batch["request"]))
+        rows = list(batch["request"])
+        if getattr(self.engine, "concurrent", False):  # streaming engine: no merging, no waiting in line
+            outputs = await asyncio.to_thread(_answer_rows, self.engine, rows)
+        else:
+            outputs = await self._answer_together(rows)
         return {"cell": list(batch["cell"]), "output": outputs}
 
     @serve.batch(max_batch_size=MERGE_BATCHES, batch_wait_timeout_s=MERGE_WAIT_S)
     async def _answer_together(self, batches: list[list[str]]) -> list[list[str]]:
-        from contamray.pipeline.actors import answer_requests
-
-        requests = [Request.from_row(json.loads(r)) for rows in batches for r in rows]
-        outputs = await asyncio.to_thread(answer_requests, self.engine, requests)
-        rows = [json.dumps(o.to_row()) for o in outputs]
+        rows = await asyncio.to_thread(_answer_rows, self.engine, [r for batch in batches for r in batch])
         answers, start = [], 0
         for batch in batches:
             answers.append(rows[start : start + len(batch)])
             start += len(batch)
         return answers
+
+
+def _answer_rows(engine: Any, rows: list[str]) -> list[str]:
+    """JSON request rows -> JSON output rows, answered on ``engine``."""
+    from contamray.pipeline.actors import answer_requests
+
+    outputs = answer_requests(engine, [Request.from_row(json.loads(r)) for r in rows])
+    return [json.dumps(o.to_row()) for o in outputs]
 
 
 def app_name(pool: ModelPlan) -> str:

@@ -239,7 +239,7 @@ def main(argv: list[str]) -> int:
     table.to_csv(args.out, index=False)
     note = (
         f"Measured by `contamray calibrate --slices {args.slices}` on {datetime.now():%Y-%m-%d}: model "
-        f"`{args.model}`, {args.slices} contiguous slices of {args.size} rows spread over each split,\n"
+        f"`{args.model}`,\n{args.slices} contiguous slices of {args.size} rows spread over each split, "
         f"{(time.time() - started) / 60:.0f} min on {os.cpu_count()} CPU cores ({platform.machine()})."
     )
     markdown = render(table, note=note)
