@@ -142,3 +142,23 @@ def test_a_vllm_replica_answers_a_run_as_transformers_does(roomy_ray, tmp_path, 
     assert list(hf[0]["record_id"]) == list(vllm[0]["record_id"])
     assert (hf[0]["score"] - vllm[0]["score"]).abs().max() <= 1e-3  # a mean of per-token log-probabilities
     assert list(hf[1]["decision"]) == list(vllm[1]["decision"])
+
+
+def test_a_model_no_node_can_host_stops_with_an_error_naming_it(roomy_ray, caplog):
+    """``num_gpus: 1`` on this CPU-only Ray: the replica can never be scheduled. Within
+    ``serve.deploy_timeout_s`` the deployment says why it waits; then it is deleted and the error names the
+    model, what a replica asks for and the settings to change (before, ``serve.run`` waited forever)."""
+    from contamray.pipeline.plan import ModelPlan
+    from contamray.serve.hosting import Hosts
+
+    pool = ModelPlan(name="big", engine={"source": "smollm2-135m", "backend": "hf", "dtype": "float32"},
+                     num_gpus=1.0, num_cpus=1.0)  # fmt: skip
+    hosts = Hosts()
+    with pytest.raises(RuntimeError, match=r"model big: its Serve deployment was not up after 35 s") as err:
+        hosts.hold("run", pool, {"deploy_timeout_s": 35}, {})
+    assert "'num_gpus': 1.0" in str(err.value) and "models.big.num_gpus" in str(err.value)
+    assert "serve.deploy_timeout_s" in str(err.value)
+    _wait_gone = time.monotonic() + 60
+    while running_apps() or any(a.startswith("contamray-") for a in serve.status().applications):
+        assert time.monotonic() < _wait_gone, serve.status().applications
+        time.sleep(0.5)

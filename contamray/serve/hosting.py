@@ -55,6 +55,8 @@ HEALTH_CHECK_TIMEOUT_S = 120.0
 RESOURCE_WAIT_S = 30.0  # how long to wait for freed resources to show after deleting a deployment
 MERGE_BATCHES = 8  # batches arriving together at a replica answered in one engine call
 MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
+DEPLOY_TIMEOUT_S = 1800.0  # serve.deploy_timeout_s: a replica not up by then (no resources) stops the run
+WAIT_LOG_S = 30.0  # how often a deployment that is not up yet says why
 
 
 class EngineReplica:
@@ -224,12 +226,23 @@ class Hosts:
         verb = "loading" if loads == 1 else f"reloading (load {loads} of this process)"
         log.info("model %s: %s as Serve application %s (%d replica(s))", pool.name, verb, app, pool.concurrency)
         started = time.perf_counter()
-        serve.run(
-            deployment.bind(dict(pool.engine), pool.name),
-            name=app,
-            route_prefix=None,
-            logging_config={"enable_access_log": False},  # one line per batch otherwise; progress says enough
-        )
+        failed: list[BaseException] = []
+
+        def deploy() -> None:
+            try:
+                serve.run(
+                    deployment.bind(dict(pool.engine), pool.name),
+                    name=app,
+                    route_prefix=None,
+                    logging_config={"enable_access_log": False},  # one line per batch otherwise
+                )
+            except BaseException as err:  # noqa: BLE001 - reported by the waiting thread
+                failed.append(err)
+
+        runner = threading.Thread(target=deploy, name=f"deploy-{app}", daemon=True)
+        runner.start()
+        timeout = float(serve_cfg.get("deploy_timeout_s", DEPLOY_TIMEOUT_S))
+        _wait_running(app, pool, runner, failed, timeout)
         log.info("model %s: deployment %s up in %.1f s", pool.name, app, time.perf_counter() - started)
         hosted = Hosted(app=app, pool=pool, created=True)
         self.apps[app] = hosted
@@ -292,6 +305,59 @@ class Hosts:
                 if hosted is not None:
                     hosted.busy -= 1
                     hosted.last_used = time.monotonic()
+
+
+def _wait_running(
+    app: str, pool: ModelPlan, runner: threading.Thread, failed: list[BaseException], timeout_s: float
+) -> None:
+    """Wait for ``app`` to be up, logging Serve's word on it every ``WAIT_LOG_S`` (a replica that waits for
+    resources says which); past ``timeout_s`` the application is deleted and the run stops with an error
+    naming the model, what one replica asks for and the setting to change."""
+    started = time.monotonic()
+    said = started
+    while runner.is_alive():
+        runner.join(timeout=1.0)
+        now = time.monotonic()
+        if not runner.is_alive():
+            break
+        if now - said >= WAIT_LOG_S:
+            said = now
+            log.info("model %s: deployment %s not up after %.0f s: %s", pool.name, app, now - started,
+                     _app_message(app) or "loading")  # fmt: skip
+        if now - started > timeout_s:
+            message = _app_message(app)
+            try:
+                serve.delete(app, _blocking=False)
+            except Exception:  # noqa: BLE001 - the error below is what matters
+                log.debug("could not delete %s", app)
+            raise RuntimeError(
+                f"model {pool.name}: its Serve deployment was not up after {timeout_s:.0f} s "
+                f"(serve.deploy_timeout_s). One replica asks for {replica_options(pool)}, "
+                f"{max(1, pool.concurrency)} replica(s); the cluster has {_cluster_resources()}. "
+                f"Serve says: {message or 'nothing'}. Lower models.{pool.name}.num_gpus / num_cpus / concurrency, "
+                "add nodes that have them, or raise serve.deploy_timeout_s for a model that loads slowly"
+            )
+    if failed:
+        raise RuntimeError(f"model {pool.name}: deploying {app} failed: {failed[0]}") from failed[0]
+
+
+def _app_message(app: str) -> str:
+    """Serve's status message of ``app`` and of its deployments (why it is not running), or ""."""
+    try:
+        status = serve.status().applications.get(app)
+    except Exception:  # noqa: BLE001 - no status: nothing to say
+        return ""
+    if status is None:
+        return ""
+    words = [status.message] + [d.message for d in status.deployments.values()]
+    return " ".join(w.strip() for w in words if w and w.strip())
+
+
+def _cluster_resources() -> dict[str, float]:
+    import ray
+
+    total = ray.cluster_resources()
+    return {k: v for k, v in total.items() if k in ("CPU", "GPU") or k.startswith("accelerator_type")}
 
 
 def _session() -> str:
