@@ -83,6 +83,7 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     if force:
         for cell in plan.cells:
             store.discard(hashes[cell])
+    store.track(list(hashes.values()))
     todo = [c for c in plan.cells if not store.has(hashes[c])]
     reused = [c.key for c in plan.cells if c not in todo]
     for key in reused:
@@ -107,6 +108,7 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
         verdicts.append(verdict)
     verdicts += [skipped_verdict(plan, cell, reason, records) for cell, reason in plan.skipped]
     store.write_run(frames, verdicts)
+    store.finish()
     return RunResult(
         output_dir=Path(output_dir),
         examples=pd.read_parquet(Path(output_dir) / "examples.parquet"),

@@ -13,13 +13,17 @@ The merged outputs are what a user reads:
 - ``examples.parquet``: one row per example × method (model, partition, method, record_id, error and
   the method's own columns);
 - ``partitions.parquet`` and ``summary.json``: one row per model × partition × method (the Verdict);
-- ``report.md`` / ``report.html`` (written by ``contamray.report``).
+- ``report.md`` / ``report.html`` (written by ``contamray.report``);
+- ``progress.json`` while the run goes on: cells total / scored / done and ``status`` (``running``,
+  ``finished``), rewritten as cells are stored (what ``GET /v1/jobs/{id}`` reports).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -27,6 +31,8 @@ import fsspec
 import pandas as pd
 
 from contamray.pipeline.plan import Cell
+
+PROGRESS_FILE = "progress.json"
 
 
 class ResultStore:
@@ -59,6 +65,41 @@ class ResultStore:
             fh.write(data)
         fs.mv(tmp, path)
 
+    # progress ----------------------------------------------------------------------------------
+    def track(self, cell_hashes: list[str]) -> None:
+        """Keep ``progress.json`` in the run's folder: cells scored and done (reduced) of ``cell_hashes``,
+        rewritten (atomically) as cells are stored, so the on-demand API and a person polling the folder
+        see a run's progress without re-planning it."""
+        self._tracked = {h: (self.has_examples(h), self.has(h)) for h in cell_hashes}
+        self._progress_lock = threading.Lock()
+        self._write_progress("running")
+
+    def finish(self) -> None:
+        """The run's tables are written: ``progress.json`` says finished."""
+        if getattr(self, "_tracked", None) is not None:
+            self._write_progress("finished")
+
+    def _mark(self, cell_hash: str, scored: bool, done: bool) -> None:
+        tracked = getattr(self, "_tracked", None)
+        if tracked is None or cell_hash not in tracked:
+            return
+        with self._progress_lock:
+            was = tracked[cell_hash]
+            tracked[cell_hash] = (was[0] or scored, was[1] or done)
+        self._write_progress("running")
+
+    def _write_progress(self, status: str) -> None:
+        with self._progress_lock:
+            states = list(self._tracked.values())
+            body = {
+                "status": status,
+                "cells_total": len(states),
+                "cells_scored": sum(s for s, _ in states),
+                "cells_done": sum(d for _, d in states),
+                "updated": time.time(),
+            }
+            self._write_atomic(self.fs, self._join(PROGRESS_FILE), json.dumps(body).encode())
+
     # cells -------------------------------------------------------------------------------------
     def has(self, cell_hash: str) -> bool:
         """A finished cell: reduced, its verdict stored."""
@@ -76,11 +117,13 @@ class ResultStore:
     def put_examples(self, cell: Cell, cell_hash: str, examples: pd.DataFrame) -> None:
         examples = examples.assign(model=cell.model, benchmark=cell.benchmark, method=cell.method)
         self._write_atomic(self.cells_fs, self._cell(cell_hash, "examples.parquet"), parquet_bytes(examples))
+        self._mark(cell_hash, scored=True, done=False)
 
     def put_verdict(self, cell: Cell, cell_hash: str, verdict: dict[str, Any]) -> None:
         row = dict(verdict, model=cell.model, benchmark=cell.benchmark, method=cell.method, cell_hash=cell_hash)
         data = json.dumps(row, indent=2, default=str).encode()
         self._write_atomic(self.cells_fs, self._cell(cell_hash, "verdict.json"), data)
+        self._mark(cell_hash, scored=True, done=True)
 
     def put(self, cell: Cell, cell_hash: str, examples: pd.DataFrame, verdict: dict[str, Any]) -> None:
         """Store a scored and reduced cell at once."""

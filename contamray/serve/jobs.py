@@ -188,6 +188,10 @@ class Jobs:
     def _progress(self, job_id: str, meta: dict[str, str], status: str, total: int) -> dict[str, Any]:
         if status == "SUCCEEDED":
             return {"cells_done": total, "cells_total": total}
+        written = read_progress(meta.get("output_dir", ""))
+        if written is not None:  # the run's own count (pipeline/store.py), cheap and exact
+            return {"cells_done": int(written["cells_done"]), "cells_total": int(written["cells_total"]),
+                    "cells_scored": int(written.get("cells_scored", 0))}  # fmt: skip
         try:
             hashes = self._cell_hashes(job_id, json.loads(meta.get("overrides", "[]")))
             from contamray.pipeline.store import ResultStore
@@ -215,6 +219,25 @@ class Jobs:
         with self._lock:
             self._hashes[job_id] = hashes
         return hashes
+
+
+def read_progress(out_dir: str) -> dict[str, Any] | None:
+    """The run's ``progress.json`` (cells total / scored / done), or None before the run wrote one."""
+    if not out_dir:
+        return None
+    import fsspec
+
+    from contamray.pipeline.store import PROGRESS_FILE
+
+    try:
+        fs, path = fsspec.core.url_to_fs(out_dir.rstrip("/") + "/" + PROGRESS_FILE)
+        if not fs.exists(path):
+            return None
+        with fs.open(path, "rb") as fh:
+            body = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) and "cells_total" in body and "cells_done" in body else None
 
 
 def read_partitions(out_dir: str) -> list[dict[str, Any]]:
