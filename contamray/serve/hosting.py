@@ -277,6 +277,7 @@ class Hosts:
         """``run`` is done with its models: delete those this process deployed that no run holds any more,
         unless ``keep``."""
         with self.deploy_lock:
+            gone: list[Hosted] = []
             for hosted in list(self.apps.values()):
                 hosted.holders.discard(run)
                 if hosted.holders or not hosted.created:
@@ -285,7 +286,11 @@ class Hosts:
                     log.info("model %s: deployment %s kept up (serve.keep)", hosted.pool.name, hosted.app)
                     self.apps.pop(hosted.app)
                     continue
-                self._delete(hosted)
+                serve.delete(hosted.app, _blocking=False)  # all at once: their replicas stop in parallel
+                self.apps.pop(hosted.app, None)
+                gone.append(hosted)
+            _wait_for(lambda: not _still_listed({h.app for h in gone}), RESOURCE_WAIT_S)
+            for hosted in gone:
                 log.info("model %s: deployment %s deleted", hosted.pool.name, hosted.app)
 
     @contextmanager
@@ -339,6 +344,16 @@ def _wait_running(
             )
     if failed:
         raise RuntimeError(f"model {pool.name}: deploying {app} failed: {failed[0]}") from failed[0]
+
+
+def _still_listed(apps: set[str]) -> bool:
+    """Whether any of ``apps`` is still known to Serve (being deleted counts)."""
+    if not apps:
+        return False
+    try:
+        return bool(apps & set(serve.status().applications))
+    except Exception:  # noqa: BLE001 - no Serve any more: nothing is listed
+        return False
 
 
 def _app_message(app: str) -> str:
