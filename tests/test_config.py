@@ -172,3 +172,13 @@ def test_min_k_plus_plus_on_a_vllm_model_is_refused_naming_the_backend_key():
                 "methods.min_k_plus_plus.reference=gsm8k", "methods.min_k_plus_plus.mode=distribution")
     plan_of("method=[min_k_plus_plus]", "methods.min_k_plus_plus.reference=gsm8k",
             "methods.min_k_plus_plus.mode=distribution")
+
+
+def test_a_vllm_model_needs_a_gpu_per_tensor_parallel_shard():
+    """A Serve replica hosts every shard of its model: num_gpus below tensor_parallel_size cannot run."""
+    with pytest.raises(ConfigError, match=r"models.smollm2_135m.tensor_parallel_size: 2 GPUs.*num_gpus to 2"):
+        plan_of("models.smollm2_135m.backend=vllm", "models.smollm2_135m.num_gpus=1",
+                "models.smollm2_135m.tensor_parallel_size=2")  # fmt: skip
+    plan = plan_of("models.smollm2_135m.backend=vllm", "models.smollm2_135m.num_gpus=2",
+                   "models.smollm2_135m.tensor_parallel_size=2")  # fmt: skip
+    assert plan.models["smollm2_135m"].num_gpus == 2

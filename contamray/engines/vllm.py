@@ -159,6 +159,10 @@ class VLLMEngine:
         self.async_llm: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.concurrent = streaming  # calls from several threads share the engine's running batch
+        if streaming and tensor_parallel_size > 1:
+            # a Serve replica owns its GPUs (num_gpus = tensor_parallel_size, checked by the plan): its shards
+            # run as local processes, not as Ray actors asking the cluster for more GPUs
+            args.setdefault("distributed_executor_backend", "mp")
         if streaming:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name=f"{self.name}-loop", daemon=True).start()

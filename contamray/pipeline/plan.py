@@ -452,6 +452,13 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         from contamray.engines.hf import native_dtype
 
         spec["dtype"] = native_dtype(on_gpu=num_gpus > 0)
+    tensor_parallel = int(spec.get("tensor_parallel_size", 1) or 1)
+    if spec["backend"] == "vllm" and num_gpus > 0 and tensor_parallel > num_gpus:
+        raise ConfigError(
+            f"{where}.tensor_parallel_size: {tensor_parallel} GPUs per engine, but num_gpus is {num_gpus:g}: one "
+            f"replica hosts all the shards of its model, so set {where}.num_gpus to {tensor_parallel} (or lower "
+            "tensor_parallel_size)"
+        )
     concurrency = int(pool.get("concurrency", 1) or 1)
     if concurrency < 1:
         raise ConfigError(f"{where}.concurrency: must be >= 1, got {concurrency}")
