@@ -4,9 +4,13 @@ The store's root is a local path or any fsspec / object-store URI (``s3://bucket
 ``gs://...``): a sweep's cells can be shared by runs on different machines. Each cell keeps
 
 - ``cells/<hash>/examples.parquet``: its per-example table, written when the cell is scored;
-- ``cells/<hash>/verdict.json``: its Verdict, written when it is reduced — the mark of a finished
-  cell. Both are written to a temporary name and moved into place, so a half-written file is never
-  taken for a result; a re-run with the same config hash reuses finished cells (and scored ones).
+- ``cells/<hash>/examples.sha256``: that table's sha256, written after it;
+- ``cells/<hash>/verdict.json``: its Verdict and the sha256 of the examples it was reduced from,
+  written when it is reduced — the mark of a finished cell. Every file is written to a temporary name
+  and moved into place, so a half-written file is never taken for a result (where the filesystem
+  renames atomically; an object store's "move" is a copy), and a table is reused only when it matches
+  its checksum: a re-run with the same config hash reuses finished cells (and scored ones), and
+  scores again a cell whose table was cut short or changed.
 
 The merged outputs are what a user reads:
 
@@ -20,8 +24,10 @@ The merged outputs are what a user reads:
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import logging
 import threading
 import time
 import uuid
@@ -33,6 +39,12 @@ import pandas as pd
 from contamray.pipeline.plan import Cell
 
 PROGRESS_FILE = "progress.json"
+EXAMPLES = "examples.parquet"
+EXAMPLES_SHA256 = "examples.sha256"
+VERDICT = "verdict.json"
+CHECKSUM_KEY = "examples_sha256"  # in verdict.json: the examples the verdict was reduced from
+
+log = logging.getLogger(__name__)
 
 
 class ResultStore:
@@ -49,6 +61,8 @@ class ResultStore:
         cells = str(cells_root).rstrip("/") if cells_root else f"{self.root}/cells"
         self.cells_fs, self._cells_path = fsspec.core.url_to_fs(cells)
         self.cells_fs.makedirs(self._cells_path, exist_ok=True)
+        self._checksums: dict[str, str] = {}  # cells whose examples this store wrote or verified: sha256
+        self._finished: set[str] = set()  # cells whose verdict this store wrote or verified
 
     # paths -------------------------------------------------------------------------------------
     def _join(self, *parts: str) -> str:
@@ -102,27 +116,71 @@ class ResultStore:
 
     # cells -------------------------------------------------------------------------------------
     def has(self, cell_hash: str) -> bool:
-        """A finished cell: reduced, its verdict stored."""
-        return self.cells_fs.exists(self._cell(cell_hash, "verdict.json"))
+        """A finished cell: reduced, its verdict stored, and its examples intact (their checksum is the one
+        the verdict was written with)."""
+        if cell_hash in self._finished:
+            return True
+        path = self._cell(cell_hash, VERDICT)
+        if not self.cells_fs.exists(path) or not self.has_examples(cell_hash):
+            return False
+        try:
+            with self.cells_fs.open(path, "rb") as fh:
+                verdict = json.loads(fh.read())
+        except (OSError, ValueError) as err:
+            log.warning("cell %s: %s is unreadable (%s); the cell is computed again", cell_hash, VERDICT, err)
+            return False
+        if verdict.get(CHECKSUM_KEY) != self._checksums.get(cell_hash):
+            log.warning("cell %s: its verdict was written for other examples than the stored ones; the cell is "
+                        "reduced again", cell_hash)  # fmt: skip
+            return False
+        self._finished.add(cell_hash)
+        return True
 
     def has_examples(self, cell_hash: str) -> bool:
-        """A scored cell: its per-example table stored (it may not be reduced yet)."""
-        return self.cells_fs.exists(self._cell(cell_hash, "examples.parquet"))
+        """A scored cell: its per-example table stored whole (it may not be reduced yet). The table's sha256
+        is written beside it after the table; a table that does not match it (a write cut short on a store
+        without atomic renames, a file changed by hand) is not reused: the cell is scored again."""
+        if cell_hash in self._checksums:
+            return True
+        table, digest = self._cell(cell_hash, EXAMPLES), self._cell(cell_hash, EXAMPLES_SHA256)
+        if not self.cells_fs.exists(table) or not self.cells_fs.exists(digest):
+            return False
+        with self.cells_fs.open(digest, "rb") as fh:
+            expected = fh.read().decode("ascii", "replace").strip()
+        with self.cells_fs.open(table, "rb") as fh:
+            actual = hashlib.sha256(fh.read()).hexdigest()
+        if actual != expected:
+            log.warning("cell %s: %s does not match its checksum (a write cut short, or a changed file); the cell "
+                        "is scored again", cell_hash, EXAMPLES)  # fmt: skip
+            return False
+        self._checksums[cell_hash] = actual
+        return True
 
     def discard(self, cell_hash: str) -> None:
         folder = self._cell(cell_hash, "").rstrip("/")
         if self.cells_fs.exists(folder):
             self.cells_fs.rm(folder, recursive=True)
+        self._checksums.pop(cell_hash, None)
+        self._finished.discard(cell_hash)
 
     def put_examples(self, cell: Cell, cell_hash: str, examples: pd.DataFrame) -> None:
         examples = examples.assign(model=cell.model, benchmark=cell.benchmark, method=cell.method)
-        self._write_atomic(self.cells_fs, self._cell(cell_hash, "examples.parquet"), parquet_bytes(examples))
+        data = parquet_bytes(examples)
+        digest = hashlib.sha256(data).hexdigest()
+        self._finished.discard(cell_hash)  # new examples: a verdict of the old ones no longer holds
+        self._write_atomic(self.cells_fs, self._cell(cell_hash, EXAMPLES), data)
+        self._write_atomic(self.cells_fs, self._cell(cell_hash, EXAMPLES_SHA256), digest.encode())
+        self._checksums[cell_hash] = digest
         self._mark(cell_hash, scored=True, done=False)
 
     def put_verdict(self, cell: Cell, cell_hash: str, verdict: dict[str, Any]) -> None:
+        if not self.has_examples(cell_hash):
+            raise ValueError(f"cell {cell_hash}: a verdict is stored after its examples, and they are missing")
         row = dict(verdict, model=cell.model, benchmark=cell.benchmark, method=cell.method, cell_hash=cell_hash)
+        row[CHECKSUM_KEY] = self._checksums[cell_hash]
         data = json.dumps(row, indent=2, default=str).encode()
-        self._write_atomic(self.cells_fs, self._cell(cell_hash, "verdict.json"), data)
+        self._write_atomic(self.cells_fs, self._cell(cell_hash, VERDICT), data)
+        self._finished.add(cell_hash)
         self._mark(cell_hash, scored=True, done=True)
 
     def put(self, cell: Cell, cell_hash: str, examples: pd.DataFrame, verdict: dict[str, Any]) -> None:
@@ -131,12 +189,13 @@ class ResultStore:
         self.put_verdict(cell, cell_hash, verdict)
 
     def load_examples(self, cell_hash: str) -> pd.DataFrame:
-        with self.cells_fs.open(self._cell(cell_hash, "examples.parquet"), "rb") as fh:
+        with self.cells_fs.open(self._cell(cell_hash, EXAMPLES), "rb") as fh:
             return pd.read_parquet(io.BytesIO(fh.read()))
 
     def load(self, cell: Cell, cell_hash: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-        with self.cells_fs.open(self._cell(cell_hash, "verdict.json"), "rb") as fh:
+        with self.cells_fs.open(self._cell(cell_hash, VERDICT), "rb") as fh:
             verdict = json.loads(fh.read())
+        verdict.pop(CHECKSUM_KEY, None)
         verdict.update(model=cell.model, benchmark=cell.benchmark, method=cell.method)
         return self.load_examples(cell_hash), verdict
 
