@@ -198,6 +198,14 @@ def test_the_plan_refuses_min_k_plus_plus_on_an_http_model() -> None:
     assert "vocabulary mean and standard deviation" in message and "OpenAI-compatible API" in message
 
 
+def test_the_plan_checks_windows_against_the_server_context_or_asks_for_it() -> None:
+    base = ("model=[openai_compatible]", "benchmark=[synthetic_facts]", "method=[perplexity]", "corpus=none")
+    with pytest.raises(ConfigError, match=r"methods\.perplexity\.context_len: 2048 .* 1023"):
+        plan_of(*base, "models.openai_compatible.max_model_len=1024")
+    plan = plan_of(*base)  # the server's context unknown: a warning naming the key to set
+    assert any("models.openai_compatible.max_model_len" in w for w in plan.warnings)
+
+
 def test_the_cell_hash_holds_the_variable_name_not_the_key(monkeypatch) -> None:
     monkeypatch.setenv(SECRET_ENV, "s3cr3t-value-never-hashed")
     plan = plan_of("model=[openai_compatible]", f"models.openai_compatible.api_key_env={SECRET_ENV}",
@@ -351,8 +359,9 @@ def test_a_run_through_the_api_never_writes_the_key(vllm_server: str, tmp_path: 
         "method=[guided_prompting,perplexity]", "methods.guided_prompting.max_tokens=8", "run.limit=4",
         "corpus=none", f"models.openai_compatible.base_url={proxy.url}",
         f"models.openai_compatible.served_model={SERVED}", f"models.openai_compatible.api_key_env={SECRET_ENV}",
-        "models.openai_compatible.backoff_s=0.05", f"data.mirror_dir={mirror_dir}", f"hydra.run.dir={out}",
-        "ray.num_cpus=2",
+        "models.openai_compatible.backoff_s=0.05", "models.openai_compatible.max_model_len=1024",
+        "methods.perplexity.context_len=512", "methods.perplexity.stride=256", f"data.mirror_dir={mirror_dir}",
+        f"hydra.run.dir={out}", "ray.num_cpus=2",
     ]  # fmt: skip
     try:
         proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)

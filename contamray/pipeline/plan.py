@@ -325,6 +325,13 @@ def _check_context(plan: Plan) -> None:
             pools = list(plan.models.values()) if role == "target" else [plan.pool_for_role(role, "")]
             for pool in pools:
                 limit = pool.engine.get("max_model_len")
+                if not limit and pool.backend == "http":
+                    plan.warnings.append(
+                        f"methods.{m.label}.context_len: {context_len} tokens per window, and the context of "
+                        f"models.{pool.name} (backend http) is known only to its server; set "
+                        f"models.{pool.name}.max_model_len so the plan can check it (a window longer than the "
+                        "server's context fails every row of the cell)"
+                    )
                 if limit and pool.backend in ("vllm", "http"):
                     limit = int(limit) - 1  # vLLM (or a server) generates one token: a scored text holds one less
                 if limit and int(context_len) > int(limit):
