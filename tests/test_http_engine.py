@@ -231,6 +231,34 @@ def test_backoff_honours_retry_after_and_grows_with_jitter() -> None:
     assert 0 <= retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") < 1  # a past date: no wait
 
 
+def test_the_rate_limiter_spaces_requests_and_keeps_tokens_per_minute(monkeypatch) -> None:
+    """The limiter's decisions on a fake clock (no timing is measured): requests/s spaces starts, tokens/min
+    makes a request wait until the tokens of the last 60 s leave room, corrected by the reported usage."""
+    from contamray.engines import http
+
+    clock = {"now": 1000.0}
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(round(seconds, 6))
+        clock["now"] += seconds
+
+    monkeypatch.setattr(http.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(http.time, "sleep", sleep)
+    spaced = http.RateLimiter(requests_per_second=4, tokens_per_minute=0)
+    for _ in range(3):
+        spaced.acquire(10)
+    assert waits == [0.25, 0.25]
+    waits.clear()
+    budget = http.RateLimiter(requests_per_second=0, tokens_per_minute=100)
+    budget.acquire(60)
+    budget.correct(60, 30)  # the server says it used 30
+    budget.acquire(60)  # 30 + 60 <= 100: no wait
+    assert waits == []
+    budget.acquire(60)  # 90 + 60 > 100: waits until the first minute's tokens leave the window
+    assert waits and sum(waits) == pytest.approx(60.0)
+
+
 # ----------------------------------------------------------------------------- the real server
 
 
@@ -257,19 +285,16 @@ def test_greedy_completions_equal_the_local_engine(vllm_server: str, hf32) -> No
 def test_guided_prompting_through_the_api_equals_the_local_engine(vllm_server: str, hf32, mirror_dir: Path) -> None:
     from contamray.benchmarks import load_records
     from contamray.methods.closed.guided_prompting import Config, GuidedPrompting
-    from contamray.pipeline.actors import answer_requests
     from contamray.validate.calibrate import SharedEngines
 
     records = load_records("synthetic_facts", mirror_dir=mirror_dir).records[:4]
     cfg, method = Config(max_tokens=16), GuidedPrompting()
-    requests = method.requests(records, cfg, 0, {})
-    assert requests and all(r.chat for r in requests)  # the paper's instructions through the chat template
-    remote = answer_requests(http_engine(vllm_server), requests)
-    local = answer_requests(hf32, requests)
-    assert [o.text for o in remote] == [o.text for o in local] and not any(o.error for o in remote)
-    assert [o.num_tokens for o in remote] == [o.num_tokens for o in local]
-    rows_remote = SharedEngines({"target": http_engine(vllm_server)}).run(method, records, cfg)
-    rows_local = SharedEngines({"target": hf32}).run(method, records, cfg)
+    assert all(r.chat for r in method.requests(records, cfg, 0, {}))  # the instructions go through the chat template
+    remote, local = SharedEngines({"target": http_engine(vllm_server)}), SharedEngines({"target": hf32})
+    rows_remote, rows_local = remote.run(method, records, cfg), local.run(method, records, cfg)
+    outputs = {key: (o.text, o.num_tokens, o.error) for key, o in remote.cache.items()}
+    assert outputs == {key: (o.text, o.num_tokens, o.error) for key, o in local.cache.items()}
+    assert len(outputs) == 2 * len(records) and not any(error for _, _, error in outputs.values())
     assert json.dumps(rows_remote, sort_keys=True, default=str) == json.dumps(rows_local, sort_keys=True, default=str)
 
 
