@@ -274,9 +274,7 @@ class HTTPEngine:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        if billable:
-            self.limiter.acquire(tokens)
-        answer = self._send(path, body)
+        answer = self._send(path, body, tokens if billable else None)
         if billable:
             used = (answer.get("usage") or {}).get("total_tokens")
             if used is not None:
@@ -284,12 +282,15 @@ class HTTPEngine:
         self.cache.put(key, answer)
         return answer
 
-    def _send(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with the retry policy of the module docstring; raises ``RequestFailed`` with the reason."""
+    def _send(self, path: str, body: dict[str, Any], tokens: float | None) -> dict[str, Any]:
+        """POST with the retry policy of the module docstring; raises ``RequestFailed`` with the reason.
+        Every attempt of a billable request (``tokens`` not None) waits for the rate limits."""
         history: list[str] = []
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             retry_after = None
+            if tokens is not None:
+                self.limiter.acquire(tokens)
             try:
                 response = self.client.post(path, json=body)
             except httpx.TimeoutException as err:

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -468,6 +469,9 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         check_http(spec, where)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if backend == "http" and spec.get("api_key_env") and not os.environ.get(str(spec["api_key_env"])):
+        log.warning("%s.api_key_env: the variable %s is not set here; the run's engine replicas need it (export it "
+                    "before the run, on every node of a cluster)", where, spec["api_key_env"])  # fmt: skip
     num_gpus = float(pool.get("num_gpus", 0) or 0)
     if backend == "auto":
         # Resolved here, not inside the actor, so the plan states what will run: vLLM on GPU actors,
