@@ -2,6 +2,8 @@
 
 - ``hf.HFEngine``: transformers; any device; the only backend with vocabulary statistics (Min-K%++).
 - ``vllm.VLLMEngine``: ``vllm.LLM``; the engine for GPU clusters (also runs on vLLM's CPU build).
+- ``http.HTTPEngine``: a model behind an OpenAI-compatible server (``backend: http``, black-box probing:
+  generation, and prompt log-probabilities where the server returns them; no vocabulary statistics).
 - ``models.resolve_model_path``: a model source (embedded name, local directory, hub id) -> a path.
 
 Both backends tokenise the same way and score the same positions (see ``hf.py``), so a method's
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +44,9 @@ __all__ = [
     "source_choices",
 ]
 
-BACKENDS = ("auto", "hf", "vllm")
+BACKENDS = ("auto", "hf", "vllm", "http")
+HTTP_APIS = ("vllm", "openai")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -53,6 +58,16 @@ class EngineSpec:
     ``gpu_memory_utilization`` / ``tensor_parallel_size`` / ``enforce_eager`` to vLLM only;
     ``batch_size`` to transformers only (vLLM schedules its own batches). ``name`` is the config key
     of the model (``models.<name>``), used in error messages.
+
+    ``backend: http`` (``engines/http.py``) probes a model behind an OpenAI-compatible server instead:
+    ``base_url`` (``http(s)://host:port``, without ``/v1``), ``served_model`` (the ``model`` field of the
+    requests; default ``source``, which then only labels the model), ``api_key_env`` (the NAME of the
+    environment variable holding the API key; the key itself never goes into a config), ``api`` (``vllm``:
+    vLLM's extra fields - prompt log-probabilities, token ids, ``/tokenize``; ``openai``: the plain API,
+    scoring with ``echo``), ``max_concurrent_requests``, ``requests_per_second`` / ``tokens_per_minute``
+    (0 = no limit), ``timeout_s``, ``max_retries`` with ``backoff_s`` .. ``backoff_max_s`` and ``cache``
+    (the response cache under ``$CONTAMRAY_CACHE/http``). ``max_model_len`` is the server's context
+    (asked from ``GET /v1/models`` when not given).
     """
 
     source: str
@@ -66,6 +81,19 @@ class EngineSpec:
     enforce_eager: bool = True
     trust_remote_code: bool = False
     seed: int = 0
+    # backend: http (an OpenAI-compatible server, engines/http.py)
+    base_url: str = ""
+    served_model: str = ""
+    api_key_env: str = ""
+    api: str = "vllm"
+    max_concurrent_requests: int = 8
+    requests_per_second: float = 0.0
+    tokens_per_minute: float = 0.0
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    cache: bool = True
     name: str = ""
 
     @property
@@ -84,7 +112,43 @@ class EngineSpec:
             )
         if "source" not in params:
             raise ValueError(f"models.{name}.source is missing; expected {source_choices()}")
-        return cls(name=name, **params)
+        spec = cls(name=name, **params)
+        check_http(dataclasses.asdict(spec), spec.where)
+        return spec
+
+
+def check_http(params: dict[str, Any], where: str) -> None:
+    """The ``backend: http`` keys of a model spec, checked; each error names ``<where>.<key>`` and the fix.
+
+    An ``api_key_env`` that is not a variable name (the key pasted in by mistake) is refused without
+    repeating the value."""
+    if str(params.get("backend", "")).lower() != "http":
+        return
+    url = str(params.get("base_url") or "")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{where}.base_url: an http model needs the server's URL, e.g. http://127.0.0.1:8000 "
+                         f"(got {url!r})")  # fmt: skip
+    if url.rstrip("/").endswith("/v1"):
+        raise ValueError(f"{where}.base_url: give the server's root without /v1 (the engine adds /v1/completions); "
+                         f"got {url!r}")  # fmt: skip
+    env = str(params.get("api_key_env") or "")
+    if env and not ENV_NAME.match(env):
+        raise ValueError(f"{where}.api_key_env must be the NAME of an environment variable (letters, digits, _), not "
+                         "the key itself (the value is not repeated here); export the key and name its variable")
+    if params.get("api", "vllm") not in HTTP_APIS:
+        raise ValueError(f"{where}.api: {params.get('api')!r} is not one of {', '.join(HTTP_APIS)}")
+    positive = {"max_concurrent_requests": 1, "timeout_s": 1e-9}
+    at_least_zero = ("requests_per_second", "tokens_per_minute", "max_retries", "backoff_s", "backoff_max_s")
+    for key, low in [*positive.items(), *((k, 0) for k in at_least_zero)]:
+        value = params.get(key)
+        if value is None:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}.{key}: expected a number, got {value!r}") from None
+        if number < low:
+            raise ValueError(f"{where}.{key}: must be {'> 0' if low else '>= 0'}, got {value!r}")
 
 
 def _vllm_usable() -> bool:
@@ -118,6 +182,8 @@ def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
     from several threads share its running batch (``VLLMEngine``); a Serve replica asks for it.
     Transformers has no such engine and ignores it."""
     backend = pick_backend(spec)
+    if backend == "http":
+        return _http_engine(spec)
     path = resolve_model_path(spec.source, where=f"{spec.where}.source")
     label = f"{backend}:{spec.name or spec.source}"
     if backend == "hf":
@@ -148,4 +214,29 @@ def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
         name=label,
         where=spec.where,
         streaming=streaming,
+    )
+
+
+def _http_engine(spec: EngineSpec) -> Engine:
+    """An ``HTTPEngine`` for ``spec`` (no model is loaded: the server hosts it)."""
+    from contamray.engines.http import HTTPEngine
+
+    check_http(dataclasses.asdict(spec), spec.where)
+    return HTTPEngine(
+        base_url=spec.base_url,
+        model=spec.served_model or spec.source,
+        api_key_env=spec.api_key_env,
+        api=spec.api,
+        max_concurrent_requests=spec.max_concurrent_requests,
+        requests_per_second=spec.requests_per_second,
+        tokens_per_minute=spec.tokens_per_minute,
+        timeout_s=spec.timeout_s,
+        max_retries=spec.max_retries,
+        backoff_s=spec.backoff_s,
+        backoff_max_s=spec.backoff_max_s,
+        max_model_len=spec.max_model_len,
+        cache=spec.cache,
+        seed=spec.seed,
+        name=f"http:{spec.name or spec.source}",
+        where=spec.where,
     )

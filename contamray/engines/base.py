@@ -56,6 +56,7 @@ class TokenScores:
     token_std: list[float] = field(default_factory=list)
     truncated: int = 0
     windows: int = 1  # rolling windows it was scored in (``score_rolling``)
+    error: str = ""  # why this text could not be scored (an engine that fails per request, ``http.py``)
 
     @property
     def num_tokens(self) -> int:
@@ -93,6 +94,8 @@ def score_rolling(
     for (i, (a, b, new)), part in zip(flat, scored, strict=True):
         lo, hi = new - a - 1, b - a - 1  # window-local indices of positions new..b-1
         res = results[i]
+        if part.error and not res.error:
+            res.error = part.error
         res.token_logprobs.extend(part.token_logprobs[lo:hi])
         res.token_ids.extend(part.token_ids[lo:hi])
         if with_stats:
@@ -123,6 +126,7 @@ class Completion:
     truncated: int = 0
     samples: list[str] = field(default_factory=list)  # every sample's text (``Sampling.n``); text = samples[0]
     sample_ids: list[list[int]] = field(default_factory=list)  # the ids each sample generated
+    error: str = ""  # why this request failed (an engine that fails per request, ``http.py``); the rest is empty
 
     @property
     def num_tokens(self) -> int:

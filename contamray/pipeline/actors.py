@@ -7,10 +7,11 @@ batch's Arrow schema the same, whatever a method returns. Corpus match rows, the
 stream, travel as one pickled list per cell and batch instead (see ``MatchWorker``).
 
 Failures stay local: an engine batch that raises is retried one request at a time so only the
-request that is really bad carries an ``error``; a scoring chunk that raises becomes one error row
-per example. Nothing is dropped, and the reducer counts the failed rows. Nothing is cut silently
-either: an engine's count of the tokens it left out of a too-long text or prompt travels in
-``Output.truncated`` (the runner sums it per example into ``truncated_tokens``).
+request that is really bad carries an ``error`` (an engine that fails per request, the HTTP engine,
+returns the failure on the request's ``Completion`` / ``TokenScores`` instead of raising); a scoring
+chunk that raises becomes one error row per example. Nothing is dropped, and the reducer counts the
+failed rows. Nothing is cut silently either: an engine's count of the tokens it left out of a too-long
+text or prompt travels in ``Output.truncated`` (the runner sums it per example into ``truncated_tokens``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
                                       max_tokens=limits)  # fmt: skip
         # num_tokens: tokens the engine processed (prompt as read + completion), the request's cost
         return [
-            Output(
+            Output(key=r.key, error=c.error) if c.error else Output(
                 key=r.key,
                 text=c.text,
                 num_tokens=int(c.num_tokens),
@@ -88,7 +89,7 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
     vocab_stats, context_len, stride = option
     scores = engine.score(texts, with_vocab_stats=bool(vocab_stats), context_len=context_len, stride=stride)
     return [
-        Output(
+        Output(key=r.key, error=s.error) if s.error else Output(
             key=r.key,
             token_logprobs=list(map(float, s.token_logprobs)),
             num_tokens=s.num_tokens,

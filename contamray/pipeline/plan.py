@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,13 @@ from contamray.methods.base import BenchmarkFacts, Method, get_method, method_na
 log = logging.getLogger(__name__)
 
 MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type")
-BACKENDS = ("auto", "hf", "vllm")
+BACKENDS = ("auto", "hf", "vllm", "http")
+# backends that cannot return the vocabulary mean / std of log p (Min-K%++), and why
+NO_VOCAB_STATS = {
+    "vllm": "the vLLM backend returns chosen-token log-probabilities only",
+    "http": "an OpenAI-compatible API (backend http) returns chosen-token log-probabilities only (at most the "
+            "top few), never statistics over the whole vocabulary",
+}
 # part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts; 4: long
 # texts windowed over token ids in the engine), so no run reuses a cell computed under older rules
 RESULTS_VERSION = 5
@@ -319,8 +326,15 @@ def _check_context(plan: Plan) -> None:
             pools = list(plan.models.values()) if role == "target" else [plan.pool_for_role(role, "")]
             for pool in pools:
                 limit = pool.engine.get("max_model_len")
-                if limit and pool.backend == "vllm":
-                    limit = int(limit) - 1  # vLLM must generate one token: a scored text may hold max_model_len - 1
+                if not limit and pool.backend == "http":
+                    plan.warnings.append(
+                        f"methods.{m.label}.context_len: {context_len} tokens per window, and the context of "
+                        f"models.{pool.name} (backend http) is known only to its server; set "
+                        f"models.{pool.name}.max_model_len so the plan can check it (a window longer than the "
+                        "server's context fails every row of the cell)"
+                    )
+                if limit and pool.backend in ("vllm", "http"):
+                    limit = int(limit) - 1  # vLLM (or a server) generates one token: a scored text holds one less
                 if limit and int(context_len) > int(limit):
                     where = "judge" if pool is plan.judge else (
                         "reference_model" if pool is plan.reference_model else f"models.{pool.name}"
@@ -365,13 +379,7 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
         if "judge" in roles and plan.judge is None and not plan.models:
             raise ConfigError(f"{where}: method {m.method_name} needs a judge engine; set judge or add a model")
         if getattr(m.method, "vocab_stats", False):
-            on_vllm = [name for name, model in plan.models.items() if model.backend == "vllm"]
-            if on_vllm:
-                raise ConfigError(
-                    f"{where}: method {m.method_name} needs the vocabulary mean and standard deviation of log p "
-                    f"at every position, which the vLLM backend does not return; score with transformers: "
-                    + ", ".join(f"models.{n}.backend=hf" for n in on_vllm)
-                )
+            _check_vocab_stats(plan, m)
         cfg = m.config()
         if "judge" in roles and m.family == "closed":
             _check_judge(plan, m, cfg)
@@ -394,6 +402,22 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
                 f"{where}.contamination_from: {source!r} is not an open-data method of this run; "
                 f"choices: {', '.join(opens) or 'none (add one, e.g. method=[...,ngram13])'}"
             )
+
+
+def _check_vocab_stats(plan: Plan, m: MethodPlan) -> None:
+    """A method that needs the vocabulary statistics (Min-K%++) cannot run on a backend without them."""
+    for name, model in plan.models.items():
+        reason = NO_VOCAB_STATS.get(model.backend)
+        if not reason:
+            continue
+        fix = (
+            f"probe a local copy of the weights with backend hf (a model spec with source: <dir or hub id>), or drop "
+            f"{m.method_name} for models.{name}" if model.backend == "http" else f"set models.{name}.backend=hf"
+        )
+        raise ConfigError(
+            f"methods.{m.label}: method {m.method_name} cannot run on models.{name} (backend {model.backend}): it "
+            f"needs the vocabulary mean and standard deviation of log p at every position, and {reason}; {fix}"
+        )
 
 
 def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
@@ -419,7 +443,7 @@ def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
 
 
 def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:
-    from contamray.engines import EngineSpec
+    from contamray.engines import EngineSpec, check_http
 
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a mapping with at least `source`, got {spec!r}")
@@ -441,6 +465,13 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
     backend = spec.get("backend", "auto")
     if backend not in BACKENDS:
         raise ConfigError(f"{where}.backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    try:
+        check_http(spec, where)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if backend == "http" and spec.get("api_key_env") and not os.environ.get(str(spec["api_key_env"])):
+        log.warning("%s.api_key_env: the variable %s is not set here; the run's engine replicas need it (export it "
+                    "before the run, on every node of a cluster)", where, spec["api_key_env"])  # fmt: skip
     num_gpus = float(pool.get("num_gpus", 0) or 0)
     if backend == "auto":
         # Resolved here, not inside the actor, so the plan states what will run: vLLM on GPU actors,
