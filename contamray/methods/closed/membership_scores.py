@@ -403,9 +403,10 @@ class HeldoutTest(Method):
         }
         if failed:
             details["errors"] = [f"{r.get('record_id')}: {r['error']}" for r in failed[:5]]
-        columns = ["score"] + self.score_columns(cfg)
+        score = self.outputs.score or "score"  # the declared per-example score column decides
+        columns = [score] + self.score_columns(cfg)
         results = {c: _test_column(own, tested, non_members, c, cfg) for c in columns}
-        main = results["score"]
+        main = results[score]
         details.update(main)
         if len(columns) > 1:
             details["by_column"] = {c: results[c] for c in columns[1:]}
@@ -558,11 +559,7 @@ class MembershipMethod(HeldoutTest):
         rows = []
         for record in records:
             row: dict[str, Any] = {
-                "record_id": record.id,
-                "partition": record.partition,
-                "order": record.order,
-                "unit_key": unit_key(record.meta),
-                "independent_rows": _independent_rows(record.partition),
+                **unit_columns(record),
                 "score": None,
                 "n_tokens": None,
                 "n_windows": None,
@@ -650,6 +647,18 @@ def _resolved(bench: BenchmarkFacts) -> tuple[str, str, str]:
         return (bench.adapter, a.resolve_config(bench.config), a.resolve_split(bench.split))
     except (KeyError, ValueError):
         return (bench.adapter, str(bench.config or ""), str(bench.split or ""))
+
+
+def unit_columns(record: Record) -> dict[str, Any]:
+    """The columns of an example row that ``HeldoutTest.reduce`` reads to form sampling units: id,
+    partition, split order, declared group or topic, whether the benchmark's rows are independent draws."""
+    return {
+        "record_id": record.id,
+        "partition": record.partition,
+        "order": record.order,
+        "unit_key": unit_key(record.meta),
+        "independent_rows": _independent_rows(record.partition),
+    }
 
 
 def _scored(rows: list[dict], column: str) -> list[tuple[dict, float]]:
