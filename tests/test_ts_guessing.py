@@ -134,7 +134,8 @@ def test_mc_scores_against_the_masked_wrong_option_not_the_correct_answer() -> N
     gold = replies(method, [record], cfg, {record.id: "outer core"})[0]
     assert gold["exact_match"] == 0.0 and gold["correct_option"] == "outer core" and gold["masked"] != "outer core"
     close = replies(method, [record], cfg, {record.id: f"the {target} layer"})[0]
-    assert close["exact_match"] == 0.0 and 0.0 < close["rouge_l"] < 1.0
+    assert close["exact_match"] == 0.0 and 0.0 < close["rouge_l"] < 1.0 and close["in_reply"] == 1.0
+    assert gold["in_reply"] == 0.0
 
 
 def test_rows_requests_chat_and_filtered_items() -> None:
@@ -147,6 +148,10 @@ def test_rows_requests_chat_and_filtered_items() -> None:
     rows = replies(method, records[:1], cfg, {"q0": "Sunlight."}) + method.score(records[1:], {}, cfg)
     assert rows[0]["exact_match"] == 1.0 and rows[0]["answer"] == "Sunlight" and rows[0]["masked"] == "sunlight"
     assert rows[1]["exact_match"] is None and "min_words" in rows[1]["filtered"] and rows[1]["error"] == ""
+    # a restated question holds the word but is no one-word answer: in_reply, not exact match
+    restated = replies(method, records[:1], cfg, {"q0": "Green plants use sunlight to make food."})[0]
+    assert restated["exact_match"] == 0.0 and restated["answer"] == "Green" and restated["in_reply"] == 1.0
+    assert replies(method, records[:1], cfg, {"q0": "sunlights"})[0]["in_reply"] == 0.0  # whole words only
     failed = method.score(records[:1], {"q0|ts_guessing": Output(key="q0|ts_guessing", error="boom")}, cfg)[0]
     assert "boom" in failed["error"] and failed["exact_match"] is None
 
@@ -156,7 +161,8 @@ def test_rows_requests_chat_and_filtered_items() -> None:
 
 def _rows(hits: int, n: int, partition: str, is_reference: bool) -> list[dict]:
     return [{"record_id": f"{partition}{i}", "partition": partition, "order": i, "unit_key": "",
-             "independent_rows": False, "exact_match": float(i < hits), "filtered": "", "error": "",
+             "independent_rows": False, "exact_match": float(i < hits), "in_reply": float(i < hits), "filtered": "",
+             "error": "",
              "is_reference": is_reference} for i in range(n)]  # fmt: skip
 
 
@@ -166,6 +172,7 @@ def test_reduce_compares_exact_matches_with_the_heldout_partition() -> None:
     seen, heldout = f"{ARC}:rows0-19", f"{ARC}:rows20-39"
     v = method.settle(method.reduce(pd.DataFrame(_rows(12, 20, seen, False) + _rows(1, 20, heldout, True)), cfg), cfg)
     assert v.decision == "contaminated" and v.rate == pytest.approx(0.6) and v.p_value < 0.001
+    assert "in_reply" in v.details["by_column"]  # tested beside, never deciding
     assert v.details["reference_rate"] == pytest.approx(0.05) and "exact match 60% of 20 vs 5% of 20" in (
         v.details["summary"]
     )

@@ -39,6 +39,12 @@ Where this departs from the reference implementation, and why:
   after "B:" when the reply repeats the option letter, its first line, without the brackets of the prompt's
   ``[option]`` format. Normalisation for exact match: lower case, every character that is neither a letter
   nor a digit a space, whitespace collapsed (LLMSanitize only lower-cases);
+- ``in_reply`` (1/0): the masked word or option occurs, as whole words, anywhere in the normalised reply.
+  Not the paper's measure and never the decision: small instruct models seldom answer in one word (the
+  embedded SmolLM2-135M restates the question: "The smallest unit of copper that still maintains the
+  characteristics of copper is ..." for a masked "characteristics"), so exact match on the first word
+  misses what they reproduce. It is reported (``details["in_reply_rate"]``) and tested against the
+  held-out like every column of ``score_columns`` (``details["by_column"]``, as ROUGE-L for multiple choice);
 - ROUGE-L with stemming (``rouge_stemmer``) as LLMSanitize (its ``rougeLsum`` equals ROUGE-L on one-line
   texts); prompts go through the model's chat template when it has one (``chat``; the paper prompted chat
   models: ChatGPT, GPT-4, Claude, Llama-2-chat); greedy decoding (temperature 0, LLMSanitize's default).
@@ -55,7 +61,7 @@ without a reference, with fewer than 10 scored rows a side, or when no ranking o
 ``alpha``. Filtered items are not failures: they get a ``filtered`` reason, no score, and no request.
 
 Per example: ``exact_match`` (1/0; the score the report plots and the membership score), ``masked`` (the
-hidden word or wrong option), ``answer`` (parsed from ``completion``), ``rouge_l`` (multiple choice),
+hidden word or wrong option), ``answer`` (parsed from ``completion``), ``in_reply``, ``rouge_l`` (multiple choice),
 ``masked_question`` / ``masked_letter``, ``filtered``, ``error``. Requests: stage 0, one greedy generation
 per kept example, key ``"<record id>|ts_guessing"``.
 """
@@ -157,6 +163,12 @@ def exact_match(answer: str, target: str) -> bool:
     """Normalised equality; an empty answer never matches."""
     a = normalise(answer)
     return bool(a) and a == normalise(target)
+
+
+def in_reply(target: str, reply: str) -> bool:
+    """The normalised ``target`` occurs in the normalised ``reply`` as whole words (an empty target never)."""
+    t = normalise(target)
+    return bool(t) and f" {t} " in f" {normalise(reply)} "
 
 
 def first_word(reply: str) -> str:
@@ -306,8 +318,8 @@ class _TSGuessing(HeldoutTest):
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: Any) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "masked": "", "completion": "", "answer": "",
-                               "exact_match": None, **dict.fromkeys(self.extra_columns), "filtered": "",
-                               "error": ""}  # fmt: skip
+                               "exact_match": None, "in_reply": None, **dict.fromkeys(self.extra_columns),
+                               "filtered": "", "error": ""}  # fmt: skip
         try:
             probe = self._probe(record, cfg)
         except Filtered as why:
@@ -324,7 +336,12 @@ class _TSGuessing(HeldoutTest):
             return row
         row["completion"] = output.text
         row.update(self.judge(output.text, probe, cfg))
+        row["in_reply"] = float(in_reply(probe.target, output.text))
         return row
+
+    def score_columns(self, cfg: Any) -> list[str]:
+        """Tested beside ``exact_match`` in ``details["by_column"]`` (never deciding)."""
+        return ["in_reply", *(["rouge_l"] if "rouge_l" in self.extra_columns else [])]
 
     def reduce(self, table: Any, cfg: Any) -> Verdict:
         """The held-out test on ``exact_match`` (``HeldoutTest``), with the exact-match rates as ``rate``."""
@@ -337,6 +354,7 @@ class _TSGuessing(HeldoutTest):
         verdict.rate = rate
         verdict.details.update(
             rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref,
+            in_reply_rate=_rate(own, "in_reply")[0], reference_in_reply_rate=_rate(ref, "in_reply")[0],
             n_filtered=sum(bool(r.get("filtered")) for r in own),
         )  # fmt: skip
         if "rouge_l" in self.extra_columns:
