@@ -232,3 +232,57 @@ def test_plan_runs_both_variants_with_a_heldout_reference_and_skips_mc_without_o
     cell = next(c for c in plan.cells if c.method == "ts_guessing_mc" and c.benchmark == "arc_challenge")
     assert [d.benchmark for d in plan.dependencies(cell)] == ["arc_heldout"]
     assert plan.methods["ts_guessing_mc"].params["max_option_similarity"] == 0.65
+
+
+# ----------------------------------------------------------------------------- on a fine-tuned model
+
+
+@pytest.fixture(scope="module")
+def tuned(contaminated_model):
+    from contamray.engines.hf import HFEngine
+    from contamray.validate.calibrate import SharedEngines
+
+    return SharedEngines({"target": HFEngine(contaminated_model.path, dtype="float32", batch_size=16)})
+
+
+@pytest.mark.slow
+def test_question_based_on_the_fine_tuned_model_reproduces_seen_questions_not_unseen(contaminated_model, tuned):
+    """The embedded SmolLM2-135M fine-tuned on 40 ARC-Challenge questions (``contaminated_model``: the question
+    stems only, 12 epochs), probed on those 40 (seen) and the next 40 of the split (unseen, the held-out).
+
+    Measured (2026-11-24, greedy, the paper's prompt through the chat template): exact match 0 of 40 on both
+    sides - the 135M model does not answer "in one word", it restates the question ("The smallest unit of copper
+    that still maintains the characteristics of copper is ..." for a masked "characteristics") - so the paper's
+    measure decides ``clean`` (p = 1): a false negative of the protocol on a model this small, not a property
+    of the partitions. The masked word is in the reply (``in_reply``) for 7 of 40 seen questions and 0 of 40
+    unseen (one-sided Mann-Whitney over 6 vs 6 blocks of consecutive rows p = 0.0045, AUC 0.92): the seen
+    partition is clearly above the unseen one on what the model reproduces.
+    """
+    method = get_method("ts_guessing")
+    cfg = method.make_config({"reference": {"arc_challenge": "unseen"}})
+    seen = tuned.run(method, contaminated_model.seen, cfg)
+    unseen = tuned.run(method, contaminated_model.unseen, cfg)
+    assert not [r["error"] for r in seen + unseen if r["error"]]
+    from contamray.validate.calibrate import decide
+
+    v = decide(method, cfg, seen, unseen)
+    by = v.details["by_column"]["in_reply"]
+    assert v.details["in_reply_rate"] >= 0.1 and v.details["reference_in_reply_rate"] <= 0.05, v.details
+    assert by["p_value"] <= 0.05 and by["auc_vs_reference"] >= 0.75, by
+    assert v.rate is not None and v.rate <= 0.1 and v.decision != "contaminated", v.details["summary"]
+
+
+@pytest.mark.slow
+def test_mc_on_a_model_that_never_saw_the_options_finds_nothing(contaminated_model, tuned):
+    """The same model saw the question stems but never the options (the fine-tune text is the ``input`` field):
+    masked wrong options of seen items are no more reproducible than of unseen ones, so TS-Guessing's
+    multiple-choice variant must not call the seen partition contaminated (20 rows a side, to stay cheap)."""
+    method = get_method("ts_guessing_mc")
+    cfg = method.make_config({"reference": {"arc_challenge": "unseen"}})
+    seen = tuned.run(method, contaminated_model.seen[:20], cfg)
+    unseen = tuned.run(method, contaminated_model.unseen[:20], cfg)
+    assert not [r["error"] for r in seen + unseen if r["error"]]
+    from contamray.validate.calibrate import decide
+
+    v = decide(method, cfg, seen, unseen)
+    assert v.details["n_scored"] >= 15 and v.decision != "contaminated", v.details["summary"]
