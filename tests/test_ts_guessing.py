@@ -276,7 +276,12 @@ def test_question_based_on_the_fine_tuned_model_reproduces_seen_questions_not_un
 def test_mc_on_a_model_that_never_saw_the_options_finds_nothing(contaminated_model, tuned):
     """The same model saw the question stems but never the options (the fine-tune text is the ``input`` field):
     masked wrong options of seen items are no more reproducible than of unseen ones, so TS-Guessing's
-    multiple-choice variant must not call the seen partition contaminated (20 rows a side, to stay cheap)."""
+    multiple-choice variant must not call the seen partition contaminated (20 rows a side, to stay cheap).
+
+    Measured (2026-11-24): the near-duplicate filter (ROUGE-L >= 0.65) drops 5 seen and 3 unseen items; exact
+    match 0 of 15 seen vs 0 of 17 unseen, ROUGE-L against the masked option 0.038 vs 0.020, ``in_reply`` 0 vs 0;
+    ``clean`` (p = 1 over 3 vs 3 blocks). Instead of an option the model often recites a *seen question*
+    verbatim (another item's stem): memorised, but not what this variant asks for."""
     method = get_method("ts_guessing_mc")
     cfg = method.make_config({"reference": {"arc_challenge": "unseen"}})
     seen = tuned.run(method, contaminated_model.seen[:20], cfg)
