@@ -11,7 +11,7 @@
   injection grid, written into README.md; ``--truth`` prints one run's verdicts against the truth;
 - ``contamray calibrate [--benchmarks ...] [--slices 10] [--size 20]``: each closed-data test's flag rate on
   slices of benchmarks under one model (default: the embedded base model), written into README.md;
-- ``contamray methods``: registered detection methods, their family, parameters, declared per-example
+- ``contamray methods``: registered detection methods, their family, parameters, citation, declared per-example
   score and membership columns, and where they apply;
 - ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type;
 - ``contamray serve [--host H] [--port P] [--insecure-local] [overrides...]``: the on-demand HTTP API on Ray
@@ -30,6 +30,7 @@ DEFAULT_MULTI_OUT = Path("contamray-report")
 
 def _methods() -> None:
     from contamray.methods.base import get_method, method_names
+    from contamray.serve.catalog import citation
 
     for name in method_names():
         method = get_method(name)
@@ -43,8 +44,10 @@ def _methods() -> None:
         limits += ["multiple-choice only"] if applies.needs_choices else []
         limits += [f">= {applies.min_rows} rows"] if applies.min_rows > 1 else []
         where = ", ".join(limits) or "every benchmark"
+        cites = citation(method)
+        cites = cites if len(cites) <= 300 else cites[:297] + "..."
         print(
-            f"{name} [{method.family}] {doc[0] if doc else ''}\n    {params}\n"
+            f"{name} [{method.family}] {doc[0] if doc else ''}\n    {params}\n    cites: {cites}\n"
             f"    score: {out.score or '-'} ({out.score_label or 'none declared'}); membership score: "
             f"{out.membership or '- (decides per partition)'}; applies to: {where}"
         )
