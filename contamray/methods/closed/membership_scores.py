@@ -62,6 +62,11 @@ reference (U / n1 n2; 0.5 = no difference). What the test means depends on ``mod
   ``details["null"]`` and ``details["summary"]``: "distribution comparison: a difference may be
   benchmark shift, not contamination".
 
+The partition test is ``HeldoutMethod`` (config keys ``reference``, ``mode``, ``alpha``, ``units``,
+``block_rows``, checked by ``check_heldout_test``); it tests whichever per-example column a method declares
+as ``outputs.score``, so other per-example scores decide by the same held-out comparison (CDD's peakedness,
+``methods/closed/cdd.py``).
+
 Units, not rows (``units``, ``block_rows``; ``contamray.stats.clusters``): the rank test needs each side to
 be a sample of independent units. A contiguous block of a split is a cluster sample - twins, runs of one
 activity, entity or subject sit together and share most of what a score measures - so counting its rows
@@ -116,7 +121,7 @@ import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -171,22 +176,38 @@ class MembershipConfig:
             raise ValueError(
                 f"{where}: need context_len >= 2 and 0 < stride < context_len, got {self.context_len} / {self.stride}"
             )
-        if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"{where}.alpha must be in (0, 1), got {self.alpha}")
-        if self.mode not in MODES:
-            raise ValueError(
-                f"{where}.mode: {self.mode!r} is not one of {', '.join(MODES)} (heldout: test against a held-out "
-                "partition of the same benchmark; distribution: against any benchmark, a distribution comparison)"
-            )
-        self.reference = _reference(self.reference, f"{where}.reference")
-        if self.units not in UNIT_MODES:
-            raise ValueError(
-                f"{where}.units: {self.units!r} is not one of {', '.join(UNIT_MODES)} (auto: declared groups and "
-                "topics, and blocks of block_rows consecutive rows when a side is a contiguous block of its split; "
-                "declared: declared groups and topics only; rows: every row is an independent draw)"
-            )
-        if self.block_rows < 1:
-            raise ValueError(f"{where}.block_rows must be >= 1, got {self.block_rows}")
+        check_heldout_test(self, where)
+
+
+class HeldoutParams(Protocol):
+    """The held-out test's keys (``MembershipConfig`` has them, and so does any ``HeldoutMethod``'s config)."""
+
+    reference: str | dict[str, str]
+    mode: str
+    alpha: float
+    units: str
+    block_rows: int
+
+
+def check_heldout_test(cfg: HeldoutParams, where: str) -> None:
+    """Validate (and normalise ``reference`` of) the held-out test's keys every ``HeldoutMethod`` config has:
+    ``reference``, ``mode``, ``alpha``, ``units``, ``block_rows``; errors name the key and the choices."""
+    if not 0.0 < cfg.alpha < 1.0:
+        raise ValueError(f"{where}.alpha must be in (0, 1), got {cfg.alpha}")
+    if cfg.mode not in MODES:
+        raise ValueError(
+            f"{where}.mode: {cfg.mode!r} is not one of {', '.join(MODES)} (heldout: test against a held-out "
+            "partition of the same benchmark; distribution: against any benchmark, a distribution comparison)"
+        )
+    cfg.reference = _reference(cfg.reference, f"{where}.reference")
+    if cfg.units not in UNIT_MODES:
+        raise ValueError(
+            f"{where}.units: {cfg.units!r} is not one of {', '.join(UNIT_MODES)} (auto: declared groups and "
+            "topics, and blocks of block_rows consecutive rows when a side is a contiguous block of its split; "
+            "declared: declared groups and topics only; rows: every row is an independent draw)"
+        )
+    if cfg.block_rows < 1:
+        raise ValueError(f"{where}.block_rows must be >= 1, got {cfg.block_rows}")
 
 
 def _reference(value: Any, where: str) -> str | dict[str, str]:
@@ -295,13 +316,212 @@ class Variant:
         return f"{record_id}|{self.name}@{self.engine}"
 
 
-class MembershipMethod(Method):
-    """Shared requests / score / reduce; subclasses say which texts to score and what number to keep."""
+class HeldoutMethod(Method):
+    """A method whose partition verdict compares its per-example score (``outputs.score``, higher = seen) with
+    the rows of a held-out partition of the same benchmark known unseen (see the module docstring): the plan
+    checks (``check_reference``, ``plan_warnings``) and ``reduce``. Its config has the keys
+    ``check_heldout_test`` validates; its ``score`` rows carry ``partition``, ``order``, ``unit_key``,
+    ``independent_rows`` and ``error`` (the sampling units and failures read them)."""
 
     family = "closed"
     engine_roles: ClassVar[tuple[str, ...]] = ("target",)
-    vocab_stats: ClassVar[bool] = False
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+
+    # plan checks ---------------------------------------------------------------
+    def check_reference(self, cfg: HeldoutParams, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
+        """Refuse a reference that cannot serve: the same rows (any mode); in ``heldout`` mode, another
+        benchmark, or another config of a hub dataset (a different subset or format, not a draw)."""
+        mine, theirs = _resolved(bench), _resolved(reference)
+        if mine == theirs:
+            return (
+                f"{reference.name} reads the same partition as {bench.name} ({'/'.join(mine)}): a partition is not "
+                f"held out from itself; use another split or draw of {bench.adapter}"
+            )
+        if cfg.mode == "distribution":
+            return None
+        if reference.adapter != bench.adapter:
+            return (
+                f"mode=heldout tests {bench.name} against a held-out partition of the same benchmark, but "
+                f"{reference.name} is {reference.adapter}, not {bench.adapter}: a score difference between benchmarks "
+                "says one is easier or more web-like, not that it leaked. Set the reference of "
+                f"{bench.name} to a held-out {bench.adapter} partition known unseen (another split or draw, added "
+                f"under benchmarks: with adapter: {bench.adapter}), or set mode: distribution in this method's block "
+                "for a cross-benchmark distribution comparison (reported as such)"
+            )
+        if mine[1] != theirs[1] and not _generated(bench.adapter):
+            return (
+                f"mode=heldout needs an i.i.d. held-out of {bench.name}, but {reference.name} is config {theirs[1]!r} "
+                f"of {bench.adapter} and {bench.name} config {mine[1]!r}: configs of a hub dataset are different "
+                f"subsets or formats, not draws of one distribution. Use another split of config {mine[1]!r}, or set "
+                "mode: distribution in this method's block"
+            )
+        return None
+
+    def plan_warnings(self, cfg: HeldoutParams, bench: BenchmarkFacts) -> list[str]:
+        """Too few rows (the base check), and no reference for a benchmark that is not itself a reference."""
+        warnings = super().plan_warnings(cfg, bench)
+        ref = cfg.reference
+        is_reference = bench.name in ref.values() if isinstance(ref, dict) else bench.name == ref
+        if (
+            cfg.mode == "heldout"
+            and bench.sample == "first"
+            and bench.limit is not None
+            and not _generated(bench.adapter)
+            and (self.reference_benchmark(cfg, bench.name) or is_reference)
+        ):
+            warnings.append(
+                f"{self.name} on {bench.name}: sample=first takes the first {bench.limit} rows, a contiguous block; a "
+                "held-out comparison assumes the partition and its held-out are exchangeable draws, which a block "
+                "is not when the split's order follows content (MMLU is sorted by subject, HellaSwag runs by "
+                f"activity) - set benchmarks.{bench.name}.sample=random (and the same for its held-out)"
+            )
+        if not self.reference_benchmark(cfg, bench.name) and not is_reference:
+            warnings.append(
+                f"{self.name} on {bench.name}: no reference partition, the verdict will be inconclusive; to test it, "
+                f"set reference: {{{bench.name}: <key of a held-out {bench.adapter} partition known unseen>}}"
+            )
+        return warnings
+
+    # reduce --------------------------------------------------------------------
+    def score_columns(self, cfg: Any) -> list[str]:
+        """Columns tested in ``details`` beside the declared score (e.g. every k of Min-K%)."""
+        return []
+
+    def reduce(self, table: Any, cfg: HeldoutParams) -> Verdict:
+        rows = rows_of(table)
+        own = [r for r in rows if not truthy(r.get("is_reference"))]
+        ref = [r for r in rows if truthy(r.get("is_reference"))]
+        partitions = sorted({str(r.get("partition", "")) for r in own})
+        if len(partitions) > 1:
+            raise ValueError(
+                f"{self.name}.reduce: the table mixes partitions {partitions} (reference rows aside); reduce one "
+                "partition at a time"
+            )
+        partition = partitions[0] if partitions else ""
+        ref_partitions = sorted({str(r.get("partition", "")) for r in ref})
+        foreign = [p for p in ref_partitions if _adapter(p) != _adapter(partition)]
+        same_benchmark = [r for r in ref if _adapter(str(r.get("partition", ""))) == _adapter(partition)]
+        tested = ref if cfg.mode == "distribution" or not foreign else []
+        non_members = same_benchmark if cfg.mode == "heldout" else []
+        failed = [r for r in own if _failed(r)]
+        details: dict[str, Any] = {
+            "score": self.score_description(cfg),
+            "alpha": cfg.alpha,
+            "mode": cfg.mode,
+            "null": NULLS[cfg.mode],
+            "reference_partitions": ref_partitions,
+        }
+        if failed:
+            details["errors"] = [f"{r.get('record_id')}: {r['error']}" for r in failed[:5]]
+        columns = [self.outputs.score or "score"] + self.score_columns(cfg)
+        results = {c: _test_column(own, tested, non_members, c, cfg) for c in columns}
+        main = results[columns[0]]
+        details.update(main)
+        if len(columns) > 1:
+            details["by_column"] = {c: results[c] for c in columns[1:]}
+        reason = self._inconclusive_reason(cfg, partition, ref, foreign, main)
+        p_value = main.get("p_value")
+        if reason:
+            decision = "inconclusive"
+        else:
+            decision = "contaminated" if p_value is not None and p_value <= cfg.alpha else "clean"
+        details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
+        statistic = main.get("auc_vs_reference")
+        return Verdict(
+            method=self.name,
+            partition=partition,
+            statistic=float(statistic) if statistic is not None else math.nan,
+            p_value=p_value,
+            rate=None,
+            n_examples=len(own),
+            n_failed=len(failed),
+            details=details,
+            decision=decision,
+            reason=reason,
+        )
+
+    def _inconclusive_reason(
+        self, cfg: HeldoutParams, partition: str, ref: list[dict], foreign: list[str], main: dict[str, Any]
+    ) -> str:
+        """Why the rows cannot decide (naming what to set), or "" when the test can."""
+        adapter = _adapter(partition) or "the benchmark"
+        if not ref:
+            if not cfg.reference:
+                return (
+                    f"no reference configured: {self.name} scores mean little alone. Set methods.<label>.reference "
+                    f"to {{<this benchmark's key>: <key of a held-out {adapter} partition known unseen>}} (another "
+                    "split or draw, under benchmarks:)"
+                )
+            return (
+                "no reference rows: either this partition is itself a reference (the yardstick, never tested), or "
+                f"methods.<label>.reference maps nothing to it; to test it, map its key to a held-out {adapter} "
+                "partition known unseen"
+            )
+        if foreign and cfg.mode == "heldout":
+            return (
+                f"mode=heldout, but the reference rows are from {', '.join(foreign)}, another benchmark than "
+                f"{partition}: set the reference to a held-out {adapter} partition, or mode: distribution"
+            )
+        n1, n2 = main["partition"]["n"], main["reference"]["n"]
+        need = self.applies.min_rows
+        if n1 < need or n2 < need:
+            return (
+                f"{n1} scored rows in the partition and {n2} in the reference; the test needs >= {need} a side to "
+                "have any power: raise benchmarks.<key>.limit (or run.limit) for both, and fix failed rows"
+            )
+        units = main.get("units") or {}
+        u1 = (units.get("partition") or {}).get("n_units", n1)
+        u2 = (units.get("reference") or {}).get("n_units", n2)
+        smallest = min_p_value(u1, u2)
+        if smallest > cfg.alpha:
+            what = "rows" if (u1, u2) == (n1, n2) else f"sampling units ({units['partition']['how']})"
+            return (
+                f"with {u1} and {u2} {what} the smallest one-sided Mann-Whitney p is 1 / C({u1 + u2}, {u1}) = "
+                f"{smallest:.3g} > alpha {cfg.alpha}: no ranking could reach it; add rows (or draw both sides with "
+                "sample: random, whose rows are independent units) or raise alpha"
+            )
+        return ""
+
+    def _summary(
+        self,
+        cfg: HeldoutParams,
+        partition: str,
+        refs: list[str],
+        main: dict[str, Any],
+        decision: str,
+        reason: str,
+    ) -> str:
+        n1 = main["partition"]["n"]
+        if not refs:
+            return f"{self.name}: {n1} scored rows of {partition}, no reference rows -> inconclusive"
+        where = ", ".join(refs)
+        if main["reference"] is None:
+            return f"{self.name}: {partition} vs rows of another benchmark ({where}) in mode=heldout: not tested"
+        n2 = main["reference"]["n"]
+        if cfg.mode == "heldout":
+            line = f"{self.name}: {n1} rows of {partition} vs {n2} held-out rows of the same benchmark ({where})"
+        else:
+            line = f"{self.name}: {n1} rows of {partition} vs {n2} rows of {where} ({SHIFT_CAVEAT})"
+        if main.get("p_value") is not None:
+            units = main.get("units") or {}
+            over = ""
+            if units and units["partition"]["how"] != "rows":
+                n_units = f"{units['partition']['n_units']} vs {units['reference']['n_units']}"
+                over = f" over {n_units} {units['partition']['how']}"
+            line += (
+                f"; AUC {main['auc_vs_reference']:.3f}, one-sided Mann-Whitney p = {main['p_value']:.3g}{over} "
+                f"(alpha {cfg.alpha})"
+            )
+        return f"{line} -> {decision}" + (" (see reason)" if reason else "")
+
+    def score_description(self, cfg: Any) -> str:
+        return self.__doc__.strip().splitlines()[0] if self.__doc__ else self.name
+
+
+class MembershipMethod(HeldoutMethod):
+    """Shared requests / score; subclasses say which texts to score and what number to keep (``score``)."""
+
+    vocab_stats: ClassVar[bool] = False
 
     # subclasses ---------------------------------------------------------------
     def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
@@ -396,196 +616,6 @@ class MembershipMethod(Method):
             rows.append(row)
         return rows
 
-    # plan checks ---------------------------------------------------------------
-    def check_reference(self, cfg: MembershipConfig, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
-        """Refuse a reference that cannot serve: the same rows (any mode); in ``heldout`` mode, another
-        benchmark, or another config of a hub dataset (a different subset or format, not a draw)."""
-        mine, theirs = _resolved(bench), _resolved(reference)
-        if mine == theirs:
-            return (
-                f"{reference.name} reads the same partition as {bench.name} ({'/'.join(mine)}): a partition is not "
-                f"held out from itself; use another split or draw of {bench.adapter}"
-            )
-        if cfg.mode == "distribution":
-            return None
-        if reference.adapter != bench.adapter:
-            return (
-                f"mode=heldout tests {bench.name} against a held-out partition of the same benchmark, but "
-                f"{reference.name} is {reference.adapter}, not {bench.adapter}: a score difference between benchmarks "
-                "says one is easier or more web-like, not that it leaked. Set the reference of "
-                f"{bench.name} to a held-out {bench.adapter} partition known unseen (another split or draw, added "
-                f"under benchmarks: with adapter: {bench.adapter}), or set mode: distribution in this method's block "
-                "for a cross-benchmark distribution comparison (reported as such)"
-            )
-        if mine[1] != theirs[1] and not _generated(bench.adapter):
-            return (
-                f"mode=heldout needs an i.i.d. held-out of {bench.name}, but {reference.name} is config {theirs[1]!r} "
-                f"of {bench.adapter} and {bench.name} config {mine[1]!r}: configs of a hub dataset are different "
-                f"subsets or formats, not draws of one distribution. Use another split of config {mine[1]!r}, or set "
-                "mode: distribution in this method's block"
-            )
-        return None
-
-    def plan_warnings(self, cfg: MembershipConfig, bench: BenchmarkFacts) -> list[str]:
-        """Too few rows (the base check), and no reference for a benchmark that is not itself a reference."""
-        warnings = super().plan_warnings(cfg, bench)
-        ref = cfg.reference
-        is_reference = bench.name in ref.values() if isinstance(ref, dict) else bench.name == ref
-        if (
-            cfg.mode == "heldout"
-            and bench.sample == "first"
-            and bench.limit is not None
-            and not _generated(bench.adapter)
-            and (self.reference_benchmark(cfg, bench.name) or is_reference)
-        ):
-            warnings.append(
-                f"{self.name} on {bench.name}: sample=first takes the first {bench.limit} rows, a contiguous block; a "
-                "held-out comparison assumes the partition and its held-out are exchangeable draws, which a block "
-                "is not when the split's order follows content (MMLU is sorted by subject, HellaSwag runs by "
-                f"activity) - set benchmarks.{bench.name}.sample=random (and the same for its held-out)"
-            )
-        if not self.reference_benchmark(cfg, bench.name) and not is_reference:
-            warnings.append(
-                f"{self.name} on {bench.name}: no reference partition, the verdict will be inconclusive; to test it, "
-                f"set reference: {{{bench.name}: <key of a held-out {bench.adapter} partition known unseen>}}"
-            )
-        return warnings
-
-    # reduce --------------------------------------------------------------------
-    def score_columns(self, cfg: Any) -> list[str]:
-        """Columns tested in ``details`` beside ``score`` (e.g. every k of Min-K%)."""
-        return []
-
-    def reduce(self, table: Any, cfg: MembershipConfig) -> Verdict:
-        rows = rows_of(table)
-        own = [r for r in rows if not truthy(r.get("is_reference"))]
-        ref = [r for r in rows if truthy(r.get("is_reference"))]
-        partitions = sorted({str(r.get("partition", "")) for r in own})
-        if len(partitions) > 1:
-            raise ValueError(
-                f"{self.name}.reduce: the table mixes partitions {partitions} (reference rows aside); reduce one "
-                "partition at a time"
-            )
-        partition = partitions[0] if partitions else ""
-        ref_partitions = sorted({str(r.get("partition", "")) for r in ref})
-        foreign = [p for p in ref_partitions if _adapter(p) != _adapter(partition)]
-        same_benchmark = [r for r in ref if _adapter(str(r.get("partition", ""))) == _adapter(partition)]
-        tested = ref if cfg.mode == "distribution" or not foreign else []
-        non_members = same_benchmark if cfg.mode == "heldout" else []
-        failed = [r for r in own if _failed(r)]
-        details: dict[str, Any] = {
-            "score": self.score_description(cfg),
-            "alpha": cfg.alpha,
-            "mode": cfg.mode,
-            "null": NULLS[cfg.mode],
-            "reference_partitions": ref_partitions,
-        }
-        if failed:
-            details["errors"] = [f"{r.get('record_id')}: {r['error']}" for r in failed[:5]]
-        columns = ["score"] + self.score_columns(cfg)
-        results = {c: _test_column(own, tested, non_members, c, cfg) for c in columns}
-        main = results["score"]
-        details.update(main)
-        if len(columns) > 1:
-            details["by_column"] = {c: results[c] for c in columns[1:]}
-        reason = self._inconclusive_reason(cfg, partition, ref, foreign, main)
-        p_value = main.get("p_value")
-        if reason:
-            decision = "inconclusive"
-        else:
-            decision = "contaminated" if p_value is not None and p_value <= cfg.alpha else "clean"
-        details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
-        statistic = main.get("auc_vs_reference")
-        return Verdict(
-            method=self.name,
-            partition=partition,
-            statistic=float(statistic) if statistic is not None else math.nan,
-            p_value=p_value,
-            rate=None,
-            n_examples=len(own),
-            n_failed=len(failed),
-            details=details,
-            decision=decision,
-            reason=reason,
-        )
-
-    def _inconclusive_reason(
-        self, cfg: MembershipConfig, partition: str, ref: list[dict], foreign: list[str], main: dict[str, Any]
-    ) -> str:
-        """Why the rows cannot decide (naming what to set), or "" when the test can."""
-        adapter = _adapter(partition) or "the benchmark"
-        if not ref:
-            if not cfg.reference:
-                return (
-                    f"no reference configured: {self.name} scores mean little alone. Set methods.<label>.reference "
-                    f"to {{<this benchmark's key>: <key of a held-out {adapter} partition known unseen>}} (another "
-                    "split or draw, under benchmarks:)"
-                )
-            return (
-                "no reference rows: either this partition is itself a reference (the yardstick, never tested), or "
-                f"methods.<label>.reference maps nothing to it; to test it, map its key to a held-out {adapter} "
-                "partition known unseen"
-            )
-        if foreign and cfg.mode == "heldout":
-            return (
-                f"mode=heldout, but the reference rows are from {', '.join(foreign)}, another benchmark than "
-                f"{partition}: set the reference to a held-out {adapter} partition, or mode: distribution"
-            )
-        n1, n2 = main["partition"]["n"], main["reference"]["n"]
-        need = self.applies.min_rows
-        if n1 < need or n2 < need:
-            return (
-                f"{n1} scored rows in the partition and {n2} in the reference; the test needs >= {need} a side to "
-                "have any power: raise benchmarks.<key>.limit (or run.limit) for both, and fix failed rows"
-            )
-        units = main.get("units") or {}
-        u1 = (units.get("partition") or {}).get("n_units", n1)
-        u2 = (units.get("reference") or {}).get("n_units", n2)
-        smallest = min_p_value(u1, u2)
-        if smallest > cfg.alpha:
-            what = "rows" if (u1, u2) == (n1, n2) else f"sampling units ({units['partition']['how']})"
-            return (
-                f"with {u1} and {u2} {what} the smallest one-sided Mann-Whitney p is 1 / C({u1 + u2}, {u1}) = "
-                f"{smallest:.3g} > alpha {cfg.alpha}: no ranking could reach it; add rows (or draw both sides with "
-                "sample: random, whose rows are independent units) or raise alpha"
-            )
-        return ""
-
-    def _summary(
-        self,
-        cfg: MembershipConfig,
-        partition: str,
-        refs: list[str],
-        main: dict[str, Any],
-        decision: str,
-        reason: str,
-    ) -> str:
-        n1 = main["partition"]["n"]
-        if not refs:
-            return f"{self.name}: {n1} scored rows of {partition}, no reference rows -> inconclusive"
-        where = ", ".join(refs)
-        if main["reference"] is None:
-            return f"{self.name}: {partition} vs rows of another benchmark ({where}) in mode=heldout: not tested"
-        n2 = main["reference"]["n"]
-        if cfg.mode == "heldout":
-            line = f"{self.name}: {n1} rows of {partition} vs {n2} held-out rows of the same benchmark ({where})"
-        else:
-            line = f"{self.name}: {n1} rows of {partition} vs {n2} rows of {where} ({SHIFT_CAVEAT})"
-        if main.get("p_value") is not None:
-            units = main.get("units") or {}
-            over = ""
-            if units and units["partition"]["how"] != "rows":
-                n_units = f"{units['partition']['n_units']} vs {units['reference']['n_units']}"
-                over = f" over {n_units} {units['partition']['how']}"
-            line += (
-                f"; AUC {main['auc_vs_reference']:.3f}, one-sided Mann-Whitney p = {main['p_value']:.3g}{over} "
-                f"(alpha {cfg.alpha})"
-            )
-        return f"{line} -> {decision}" + (" (see reason)" if reason else "")
-
-    def score_description(self, cfg: Any) -> str:
-        return self.__doc__.strip().splitlines()[0] if self.__doc__ else self.name
-
 
 def min_p_value(n1: int, n2: int) -> float:
     """The smallest one-sided Mann-Whitney p-value n1 and n2 rows can give: every partition row above
@@ -646,7 +676,7 @@ def _order(row: Mapping[str, Any]) -> int:
 
 
 def _test_column(
-    own: list[dict], ref: list[dict], non_members: list[dict], column: str, cfg: MembershipConfig
+    own: list[dict], ref: list[dict], non_members: list[dict], column: str, cfg: HeldoutParams
 ) -> dict[str, Any]:
     """Mann-Whitney of ``own`` against ``ref`` on ``column`` over sampling units (``stats.clusters``: each
     unit's mean), and the instance-level AUC of own labelled rows against ``non_members`` (reference rows
