@@ -320,12 +320,23 @@ class HeldoutMethod(Method):
     """A method whose partition verdict compares its per-example score (``outputs.score``, higher = seen) with
     the rows of a held-out partition of the same benchmark known unseen (see the module docstring): the plan
     checks (``check_reference``, ``plan_warnings``) and ``reduce``. Its config has the keys
-    ``check_heldout_test`` validates; its ``score`` rows carry ``partition``, ``order``, ``unit_key``,
-    ``independent_rows`` and ``error`` (the sampling units and failures read them)."""
+    ``check_heldout_test`` validates; its ``score`` rows carry ``row_keys(record)`` (the partition and what
+    makes the sampling units) and ``error``."""
 
     family = "closed"
     engine_roles: ClassVar[tuple[str, ...]] = ("target",)
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+
+    def row_keys(self, record: Record) -> dict[str, Any]:
+        """The columns of a ``score`` row the test reads besides the score: the record, its partition and
+        what makes its sampling units (split order, declared unit, whether the dataset's rows are independent)."""
+        return {
+            "record_id": record.id,
+            "partition": record.partition,
+            "order": record.order,
+            "unit_key": unit_key(record.meta),
+            "independent_rows": _independent_rows(record.partition),
+        }
 
     # plan checks ---------------------------------------------------------------
     def check_reference(self, cfg: HeldoutParams, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
@@ -565,11 +576,7 @@ class MembershipMethod(HeldoutMethod):
         rows = []
         for record in records:
             row: dict[str, Any] = {
-                "record_id": record.id,
-                "partition": record.partition,
-                "order": record.order,
-                "unit_key": unit_key(record.meta),
-                "independent_rows": _independent_rows(record.partition),
+                **self.row_keys(record),
                 "score": None,
                 "n_tokens": None,
                 "n_windows": None,
