@@ -189,3 +189,43 @@ def test_methods_catalog_lists_cdd_with_citation_and_parameters(capsys) -> None:
     line = next(i for i, text in enumerate(out.splitlines()) if text.startswith("cdd [closed]"))
     block = "\n".join(itertools.islice(out.splitlines(), line, line + 3))
     assert "Dong et al" in block and "n_samples=50" in block and "peak_alpha=0.05" in block and "xi=0.01" in block
+
+
+# ----------------------------------------------------------------------------- on a contaminated model
+
+SIDE = 12  # rows a side
+N_SAMPLES = 20  # the paper: 50 (CPU time; one request of n samples per row either way)
+MAX_TOKENS = 16  # the paper: 100 (CPU time); threshold floor(0.05 * 16) = 0: only exact copies of the greedy count
+MARGIN = 0.3  # mean peakedness, seen minus unseen
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="measured: CDD does not tell seen from unseen on this fixture (docstring)", strict=False)
+def test_cdd_scores_the_seen_partition_above_an_unseen_one(contaminated_model) -> None:
+    """The embedded model fine-tuned on 40 ARC-Challenge questions (``contaminated_model``): CDD on 12 of them
+    (seen) against 12 of the next, never-trained rows (unseen, the held-out reference). Cheaper than the paper
+    on CPU: 20 samples instead of 50 and the first 16 tokens instead of 100 (at T 0.8, seeded). Units are rows:
+    the ARC-Challenge test split is in no meaningful order (see ``contaminated_model``), while blocks of 5 rows
+    would leave 2 units a side, whose smallest p (1/6) cannot reach alpha.
+
+    Measured 2026-11-24 (same fine-tune built outside pytest, 2 shared cores, 41 min): mean peakedness seen 0.525,
+    unseen 0.500; AUC 0.524, Mann-Whitney p = 0.43 -> clean; leaked share 92 % seen, 83 % unseen. The model,
+    trained on the 40 questions as one text, continues *any* ARC question with its memorised questions, so unseen
+    prompts are as peaked as seen ones at 16 tokens: the issue's done-when is NOT met here (xfail). To try: the
+    paper's 100 tokens and 50 samples, a fine-tune on question + answer pairs, or prompts cut mid-question.
+    """
+    from contamray.engines.hf import HFEngine
+    from contamray.validate.calibrate import SharedEngines
+
+    method = get_method("cdd")
+    cfg = method.make_config({"reference": "unseen", "max_tokens": MAX_TOKENS, "n_samples": N_SAMPLES, "units": "rows"})
+    engines = SharedEngines({"target": HFEngine(contaminated_model.path, dtype="float32", batch_size=16)})
+    seen = engines.run(method, contaminated_model.seen[:SIDE], cfg)
+    unseen = engines.run(method, contaminated_model.unseen[:SIDE], cfg)
+    verdict = decide(method, cfg, seen, unseen)
+    mean = {name: sum(r["peakedness"] for r in rows) / len(rows) for name, rows in (("seen", seen), ("unseen", unseen))}
+    print("cdd peakedness", mean, verdict.p_value, verdict.statistic, verdict.rate, verdict.details["summary"])
+    assert not [r["error"] for r in seen + unseen if r["error"]]
+    assert mean["seen"] >= mean["unseen"] + MARGIN, mean
+    assert verdict.statistic >= 0.8, verdict.details["summary"]  # AUC seen vs unseen
+    assert verdict.decision == "contaminated", verdict.details["summary"]
