@@ -200,7 +200,9 @@ MARGIN = 0.3  # mean peakedness, seen minus unseen
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="measured: CDD does not tell seen from unseen on this fixture (docstring)", strict=False)
+@pytest.mark.skip(reason="measured (docstring): CDD does not tell seen from unseen on this fixture, seen 0.525 vs "
+                  "unseen 0.500 mean peakedness; skipped, not xfailed, so the suite does not pay ~10 min of sampling "
+                  "for a known failure - issue #15 keeps the done-when open")  # fmt: skip
 def test_cdd_scores_the_seen_partition_above_an_unseen_one(contaminated_model) -> None:
     """The embedded model fine-tuned on 40 ARC-Challenge questions (``contaminated_model``): CDD on 12 of them
     (seen) against 12 of the next, never-trained rows (unseen, the held-out reference). Cheaper than the paper
