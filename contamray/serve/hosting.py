@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
+from ray.serve.schema import ApplicationStatus
 
 from contamray.engines.wire import Request
 from contamray.pipeline.plan import ModelPlan
@@ -57,6 +58,7 @@ MERGE_BATCHES = 8  # batches arriving together at a replica answered in one engi
 MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
 DEPLOY_TIMEOUT_S = 1800.0  # serve.deploy_timeout_s: a replica not up by then (no resources) stops the run
 WAIT_LOG_S = 30.0  # how often a deployment that is not up yet says why
+STATUS_POLL_S = 0.5  # how often a deployment that is not up yet is looked at
 
 
 class EngineReplica:
@@ -226,28 +228,21 @@ class Hosts:
         verb = "loading" if loads == 1 else f"reloading (load {loads} of this process)"
         log.info("model %s: %s as Serve application %s (%d replica(s))", pool.name, verb, app, pool.concurrency)
         started = time.perf_counter()
-        failed: list[BaseException] = []
-
-        def deploy() -> None:
-            try:
-                serve.run(
-                    deployment.bind(dict(pool.engine), pool.name),
-                    name=app,
-                    route_prefix=None,
-                    logging_config={"enable_access_log": False},  # one line per batch otherwise
-                )
-            except BaseException as err:  # noqa: BLE001 - reported by the waiting thread
-                failed.append(err)
-
-        runner = threading.Thread(target=deploy, name=f"deploy-{app}", daemon=True)
-        runner.start()
+        # Not blocking: ``serve.run`` waits for the application on a thread that would outlive a deployment
+        # given up on (and call into a Ray shut down under it); Serve's status is polled here instead.
+        serve._run(
+            deployment.bind(dict(pool.engine), pool.name),
+            _blocking=False,
+            name=app,
+            route_prefix=None,
+            logging_config={"enable_access_log": False},  # one line per batch otherwise
+        )
         timeout = float(serve_cfg.get("deploy_timeout_s", DEPLOY_TIMEOUT_S))
-        _wait_running(app, pool, runner, failed, timeout)
+        _wait_running(app, pool, timeout)
         log.info("model %s: deployment %s up in %.1f s", pool.name, app, time.perf_counter() - started)
         hosted = Hosted(app=app, pool=pool, created=True)
         self.apps[app] = hosted
         return hosted
-
 
     def make_room(self, cpus: float = 0.0, gpus: float = 0.0, keep: str = "") -> None:
         """Free ``cpus`` / ``gpus`` by deleting idle deployments this process made (least recently used
@@ -312,29 +307,25 @@ class Hosts:
                     hosted.last_used = time.monotonic()
 
 
-def _wait_running(
-    app: str, pool: ModelPlan, runner: threading.Thread, failed: list[BaseException], timeout_s: float
-) -> None:
+def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
     """Wait for ``app`` to be up, logging Serve's word on it every ``WAIT_LOG_S`` (a replica that waits for
-    resources says which); past ``timeout_s`` the application is deleted and the run stops with an error
-    naming the model, what one replica asks for and the setting to change."""
+    resources says which). A deployment that fails stops the run with Serve's reason; past ``timeout_s``
+    the application is deleted and the run stops with an error naming the model, what one replica asks
+    for and the setting to change."""
     started = time.monotonic()
     said = started
-    while runner.is_alive():
-        runner.join(timeout=1.0)
+    while True:
+        status = _app_status(app)
+        if status == ApplicationStatus.RUNNING:
+            return
+        if status == ApplicationStatus.DEPLOY_FAILED:
+            message = _app_message(app)
+            _delete_quietly(app)
+            raise RuntimeError(f"model {pool.name}: deploying {app} failed: {message or 'Serve gave no reason'}")
         now = time.monotonic()
-        if not runner.is_alive():
-            break
-        if now - said >= WAIT_LOG_S:
-            said = now
-            log.info("model %s: deployment %s not up after %.0f s: %s", pool.name, app, now - started,
-                     _app_message(app) or "loading")  # fmt: skip
         if now - started > timeout_s:
             message = _app_message(app)
-            try:
-                serve.delete(app, _blocking=False)
-            except Exception:  # noqa: BLE001 - the error below is what matters
-                log.debug("could not delete %s", app)
+            _delete_quietly(app)
             raise RuntimeError(
                 f"model {pool.name}: its Serve deployment was not up after {timeout_s:.0f} s "
                 f"(serve.deploy_timeout_s). One replica asks for {replica_options(pool)}, "
@@ -342,8 +333,24 @@ def _wait_running(
                 f"Serve says: {message or 'nothing'}. Lower models.{pool.name}.num_gpus / num_cpus / concurrency, "
                 "add nodes that have them, or raise serve.deploy_timeout_s for a model that loads slowly"
             )
-    if failed:
-        raise RuntimeError(f"model {pool.name}: deploying {app} failed: {failed[0]}") from failed[0]
+        if now - said >= WAIT_LOG_S:
+            said = now
+            log.info("model %s: deployment %s not up after %.0f s: %s", pool.name, app, now - started,
+                     _app_message(app) or "loading")  # fmt: skip
+        time.sleep(STATUS_POLL_S)
+
+
+def _app_status(app: str) -> ApplicationStatus | None:
+    """Serve's status of ``app`` (None while the controller does not list it yet)."""
+    status = serve.status().applications.get(app)
+    return None if status is None else ApplicationStatus(status.status)
+
+
+def _delete_quietly(app: str) -> None:
+    try:
+        serve.delete(app, _blocking=False)
+    except Exception:  # noqa: BLE001 - the error raised next is what matters
+        log.debug("could not delete %s", app)
 
 
 def _still_listed(apps: set[str]) -> bool:
