@@ -21,7 +21,8 @@ from scipy.stats import binom
 from contamray.engines import resolve_model_path
 from contamray.engines.hf import HFEngine
 from contamray.methods.base import Output, get_method, method_names
-from contamray.methods.closed.membership_scores import k_count, min_k_mean, min_k_plus_plus_tokens, min_p_value
+from contamray.methods.closed.heldout_test import min_p_value
+from contamray.methods.closed.membership_scores import k_count, min_k_mean, min_k_plus_plus_tokens
 from contamray.records import Record
 from tests.test_sharded_likelihood import run_stages
 

@@ -31,7 +31,7 @@ no null to test against: a model that is merely confident on a prompt it never s
 a formulaic continuation) is peaked too, so a leaked share says as much about the benchmark's prompts as
 about training. The decision therefore compares the partition's per-example peakedness with that of a
 held-out partition of the same benchmark known unseen (``reference``, ``mode: heldout``), by the one-sided
-Mann-Whitney test over sampling units of the membership scores (``membership_scores.HeldoutTest``: its null,
+Mann-Whitney test over sampling units of the membership scores (``heldout_test.HeldoutTest``: its null,
 units, plan checks and instance AUC ``auc_member`` when membership labels exist). Inconclusive without a
 reference, with fewer than 10 scored rows a side, or when no ranking of the units could reach ``alpha``.
 ``statistic`` is the AUC of partition vs reference; ``details`` has the leaked share of both sides.
@@ -64,8 +64,8 @@ import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
 from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
-from contamray.methods.closed.membership_scores import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.records import Record
 
 NAME = "cdd"

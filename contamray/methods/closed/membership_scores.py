@@ -32,71 +32,8 @@ test (``likelihood_windows``: one request, ``Output.n_windows``), so no token is
 
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
-compared with those of a *reference partition known to be unseen* (``reference``: a benchmark key, or a
-mapping benchmark key -> reference key; the runner appends its rows with ``is_reference``) by a one-sided
-Mann-Whitney U test (H1: the partition scores higher); ``statistic`` is the AUC of partition vs
-reference (U / n1 n2; 0.5 = no difference). What the test means depends on ``mode``:
-
-- ``heldout`` (the default): the reference is an i.i.d. held-out partition *of the same benchmark*, known
-  unseen - another split of the same dataset config, or another draw of the same generator (e.g.
-  ``synthetic_facts`` ``set1`` for ``synthetic_facts``), as the held-out "validation" set of Dataset
-  Inference (Maini et al., "LLM Dataset Inference: Did you train on my dataset?", NeurIPS 2024,
-  arXiv:2406.06443), which compares a suspect set's membership scores with those of an i.i.d. unseen
-  set of the same distribution.
-  **Null**: the partition and the held-out rows are exchangeable draws of one distribution and neither
-  was seen; their scores are then exchangeable too, and the Mann-Whitney test is exact (its p-value is
-  the permutation p-value of the rank sum; scipy's normal approximation beyond 8 rows a side). Under H1
-  the partition was seen and scores higher. (Maini et al. aggregate several membership scores with a
-  learned linear map and a t-test; here each method's one score is tested by ranks.) The plan refuses
-  (``check_reference``) a reference from another adapter, one reading the same rows, and another
-  *config* of a hub dataset (MMLU subjects, GSM8K main/socratic, Winogrande sizes are different subsets
-  or formats, not draws; another split of the same config, or another config of a generated benchmark,
-  is). With ``sample: first`` the held-out is exchangeable only if the dataset's row order does not
-  depend on content.
-- ``distribution`` (only when asked): the reference is any benchmark known unseen, e.g. synthetic facts
-  against ARC. **Null**: the two benchmarks' scores come from one distribution - which is false for
-  almost any two benchmarks: a lower loss on ARC than on synthetic facts says ARC is easier or more
-  web-like, not that it leaked (Duan et al., "Do Membership Inference Attacks Work on Large Language
-  Models?", COLM 2024, arXiv:2402.07841; Das et al., "Blind Baselines Beat Membership Inference Attacks
-  for Foundation Models", 2024, arXiv:2406.16201; Maini et al. 2024). The verdict says so in
-  ``details["null"]`` and ``details["summary"]``: "distribution comparison: a difference may be
-  benchmark shift, not contamination".
-
-Units, not rows (``units``, ``block_rows``; ``contamray.stats.clusters``): the rank test needs each side to
-be a sample of independent units. A contiguous block of a split is a cluster sample - twins, runs of one
-activity, entity or subject sit together and share most of what a score measures - so counting its rows
-as independent over-rejects (runs of 3-6 rows at intra-run correlation 0.3, as measured on
-``synthetic_structured``: 13 % of clean 20-row slices flagged at alpha = 0.05, ``tests/test_clusters.py``).
-With ``units: auto`` declared groups and topics are units, and a side that is a contiguous block of its
-split (unless its dataset declares its rows independent draws) is cut into blocks of ``floor(sqrt(n))``
-(at least ``block_rows``) consecutive rows - batch means - and so is the other side; each unit scores
-its rows' mean, and the test runs on units (4.3 % and 5.0 % flagged at 20 and 100 rows). A random sample
-(``sample: random``) keeps its rows as units. Blocks cost power on small contiguous slices: 20 rows a
-side are 4 blocks, and a block test needs near-complete separation. ``details["units"]`` says what was
-tested; the row-level p, had the rows been independent, is kept in ``rows_p_value_if_independent``.
-
-Why a held-out and not a paired test against zero: comparing each example with a perturbation of itself
-(a paraphrase, neighbour or word-swapped copy) and testing the mean gap > 0 needs no second partition,
-but its null is not "gap = 0": the original is fluent human text and the perturbation is less fluent,
-so even a never-seen text scores higher than its perturbations and the gap is positive under H0 (the
-test flags every clean benchmark). Calibrating the gap needs its distribution on unseen text of the
-same kind - a held-out again. Hence ``heldout`` is the default.
-
-The decision is three-valued. ``inconclusive`` (with a reason naming what to set) when there are no
-reference rows (no ``reference`` for this benchmark, or the partition is itself a reference: the
-yardstick is never tested), when the reference rows come from another benchmark in ``heldout`` mode,
-when either side has fewer than ``applies.min_rows`` scored rows, or when even the most extreme ranking
-could not reach ``alpha`` (the smallest one-sided p with n1, n2 units is ``1 / C(n1 + n2, n1)``).
-``min_rows`` = 10 a side: by Noether's formula (Noether, JASA 1987), 80 % power at alpha = 0.05 for an AUC of 0.8 needs
-about 12 rows a side (0.75: 17), so fewer rows can only find blatant contamination. Otherwise
-``contaminated`` when p <= ``alpha``, else ``clean``. Every column of ``score_columns`` (e.g. each k
-of Min-K%) is tested in ``details["by_column"]``; only ``score`` decides.
-
-Instance level: when records carry membership labels (``member`` column, e.g. an injected fraction of a
-partition) the ROC AUC and TPR at 5 % FPR (``auc_member``, ``tpr_at_5pct_fpr``) rank members against
-non-members *of the same benchmark*: the partition's labelled rows, plus - in ``heldout`` mode only - the
-reference rows of the same adapter, as non-members unless labelled. Rows of another benchmark are never
-counted (that AUC would measure benchmark shift again).
+ranked against those of a held-out partition of the same benchmark known unseen, over sampling units
+(``heldout_test``: its null, modes, units, the three-valued decision and the instance-level AUC).
 
 Where this departs from the authors' code, and why:
 
@@ -120,64 +57,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Outputs, Request, Verdict, register
-from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
+from contamray.methods.base import Applies, Output, Outputs, Request, register
+from contamray.methods.closed.cell_rows import output_map
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
 from contamray.methods.closed.likelihood_windows import Scored, read_scored, score_request
 from contamray.records import Record
-from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
-from contamray.stats.tests import describe, mann_whitney_greater, roc_auc, tpr_at_fpr
 
 SIGMA_FLOOR = 1e-6
 MIN_K_KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 MIN_K_PP_KS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
-MODES = ("heldout", "distribution")
-NULLS = {
-    "heldout": (
-        "the partition and the held-out rows are exchangeable draws of one benchmark, neither seen by the model "
-        "(one-sided Mann-Whitney U, exact under this null)"
-    ),
-    "distribution": (
-        "the partition's scores and the other benchmark's come from one distribution; distribution comparison: "
-        "a difference may be benchmark shift, not contamination"
-    ),
-}
-SHIFT_CAVEAT = "distribution comparison: a difference may be benchmark shift, not contamination"
-MIN_ROWS = 10  # a side; Noether: ~12 a side give 80 % power at alpha 0.05 for an AUC of 0.8
-
-
-@dataclass
-class HeldoutConfig:
-    """The partition-level test against a held-out reference partition (see the module docstring)."""
-
-    # benchmark key of a partition known to be unseen, or a mapping benchmark key -> such a key
-    reference: str | dict[str, str] = ""
-    mode: str = "heldout"  # heldout: the reference is a held-out of the same benchmark; distribution: any
-    alpha: float = 0.05
-    units: str = "auto"  # auto: declared groups, blocks of block_rows when contiguous; declared; rows
-    block_rows: int = 5
-    method_name: ClassVar[str] = "membership"
-
-    def __post_init__(self) -> None:
-        where = f"methods.{self.method_name}"
-        if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"{where}.alpha must be in (0, 1), got {self.alpha}")
-        if self.mode not in MODES:
-            raise ValueError(
-                f"{where}.mode: {self.mode!r} is not one of {', '.join(MODES)} (heldout: test against a held-out "
-                "partition of the same benchmark; distribution: against any benchmark, a distribution comparison)"
-            )
-        self.reference = _reference(self.reference, f"{where}.reference")
-        if self.units not in UNIT_MODES:
-            raise ValueError(
-                f"{where}.units: {self.units!r} is not one of {', '.join(UNIT_MODES)} (auto: declared groups and "
-                "topics, and blocks of block_rows consecutive rows when a side is a contiguous block of its split; "
-                "declared: declared groups and topics only; rows: every row is an independent draw)"
-            )
-        if self.block_rows < 1:
-            raise ValueError(f"{where}.block_rows must be >= 1, got {self.block_rows}")
 
 
 @dataclass
@@ -197,20 +86,6 @@ class MembershipConfig(HeldoutConfig):
                 f"{where}: need context_len >= 2 and 0 < stride < context_len, got {self.context_len} / {self.stride}"
             )
         super().__post_init__()
-
-
-def _reference(value: Any, where: str) -> str | dict[str, str]:
-    """``reference`` as one key ("" = none) or a mapping benchmark key -> reference key."""
-    if value is None or value == "":
-        return ""
-    if isinstance(value, Mapping):
-        bad = [k for k, v in value.items() if not isinstance(v, str) or not v]
-        if bad:
-            raise ValueError(f"{where}: expected benchmark key -> reference benchmark key, got no key for {bad}")
-        return {str(k): str(v) for k, v in value.items()}
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a benchmark key or a mapping benchmark -> key, got {value!r}")
-    return value
 
 
 def _check_ks(k: float, ks: Sequence[float], where: str) -> tuple[float, ...]:
@@ -287,11 +162,6 @@ def zlib_bytes(text: str) -> int:
 # ----------------------------------------------------------------------------- shared machinery
 
 
-def _failed(row: Mapping[str, Any]) -> bool:
-    error = row.get("error")
-    return isinstance(error, str) and bool(error.strip())
-
-
 @dataclass(frozen=True)
 class Variant:
     """One text of an example scored on one engine (e.g. the lowercased text, or the reference model)."""
@@ -303,210 +173,6 @@ class Variant:
 
     def base(self, record_id: str) -> str:
         return f"{record_id}|{self.name}@{self.engine}"
-
-
-class HeldoutTest(Method):
-    """The partition decision against a held-out reference partition (module docstring: ``reduce``).
-
-    Shared by every method whose per-example ``score`` column is ranked against the rows of a reference
-    partition known unseen (membership scores, TS-Guessing): ``check_reference``, ``plan_warnings`` and
-    ``reduce`` read ``reference``, ``mode``, ``alpha``, ``units`` and ``block_rows`` of the Config
-    (``HeldoutConfig``) and the rows' ``score``, ``order``, ``unit_key``, ``independent_rows`` and ``error``.
-    """
-
-    family = "closed"
-    applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
-
-    # plan checks ---------------------------------------------------------------
-    def check_reference(self, cfg: HeldoutConfig, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
-        """Refuse a reference that cannot serve: the same rows (any mode); in ``heldout`` mode, another
-        benchmark, or another config of a hub dataset (a different subset or format, not a draw)."""
-        mine, theirs = _resolved(bench), _resolved(reference)
-        if mine == theirs:
-            return (
-                f"{reference.name} reads the same partition as {bench.name} ({'/'.join(mine)}): a partition is not "
-                f"held out from itself; use another split or draw of {bench.adapter}"
-            )
-        if cfg.mode == "distribution":
-            return None
-        if reference.adapter != bench.adapter:
-            return (
-                f"mode=heldout tests {bench.name} against a held-out partition of the same benchmark, but "
-                f"{reference.name} is {reference.adapter}, not {bench.adapter}: a score difference between benchmarks "
-                "says one is easier or more web-like, not that it leaked. Set the reference of "
-                f"{bench.name} to a held-out {bench.adapter} partition known unseen (another split or draw, added "
-                f"under benchmarks: with adapter: {bench.adapter}), or set mode: distribution in this method's block "
-                "for a cross-benchmark distribution comparison (reported as such)"
-            )
-        if mine[1] != theirs[1] and not _generated(bench.adapter):
-            return (
-                f"mode=heldout needs an i.i.d. held-out of {bench.name}, but {reference.name} is config {theirs[1]!r} "
-                f"of {bench.adapter} and {bench.name} config {mine[1]!r}: configs of a hub dataset are different "
-                f"subsets or formats, not draws of one distribution. Use another split of config {mine[1]!r}, or set "
-                "mode: distribution in this method's block"
-            )
-        return None
-
-    def plan_warnings(self, cfg: HeldoutConfig, bench: BenchmarkFacts) -> list[str]:
-        """Too few rows (the base check), and no reference for a benchmark that is not itself a reference."""
-        warnings = super().plan_warnings(cfg, bench)
-        ref = cfg.reference
-        is_reference = bench.name in ref.values() if isinstance(ref, dict) else bench.name == ref
-        if (
-            cfg.mode == "heldout"
-            and bench.sample == "first"
-            and bench.limit is not None
-            and not _generated(bench.adapter)
-            and (self.reference_benchmark(cfg, bench.name) or is_reference)
-        ):
-            warnings.append(
-                f"{self.name} on {bench.name}: sample=first takes the first {bench.limit} rows, a contiguous block; a "
-                "held-out comparison assumes the partition and its held-out are exchangeable draws, which a block "
-                "is not when the split's order follows content (MMLU is sorted by subject, HellaSwag runs by "
-                f"activity) - set benchmarks.{bench.name}.sample=random (and the same for its held-out)"
-            )
-        if not self.reference_benchmark(cfg, bench.name) and not is_reference:
-            warnings.append(
-                f"{self.name} on {bench.name}: no reference partition, the verdict will be inconclusive; to test it, "
-                f"set reference: {{{bench.name}: <key of a held-out {bench.adapter} partition known unseen>}}"
-            )
-        return warnings
-
-    # reduce --------------------------------------------------------------------
-    def score_columns(self, cfg: Any) -> list[str]:
-        """Columns tested in ``details`` beside ``score`` (e.g. every k of Min-K%)."""
-        return []
-
-    def reduce(self, table: Any, cfg: HeldoutConfig) -> Verdict:
-        rows = rows_of(table)
-        own = [r for r in rows if not truthy(r.get("is_reference"))]
-        ref = [r for r in rows if truthy(r.get("is_reference"))]
-        partitions = sorted({str(r.get("partition", "")) for r in own})
-        if len(partitions) > 1:
-            raise ValueError(
-                f"{self.name}.reduce: the table mixes partitions {partitions} (reference rows aside); reduce one "
-                "partition at a time"
-            )
-        partition = partitions[0] if partitions else ""
-        ref_partitions = sorted({str(r.get("partition", "")) for r in ref})
-        foreign = [p for p in ref_partitions if _adapter(p) != _adapter(partition)]
-        same_benchmark = [r for r in ref if _adapter(str(r.get("partition", ""))) == _adapter(partition)]
-        tested = ref if cfg.mode == "distribution" or not foreign else []
-        non_members = same_benchmark if cfg.mode == "heldout" else []
-        failed = [r for r in own if _failed(r)]
-        details: dict[str, Any] = {
-            "score": self.score_description(cfg),
-            "alpha": cfg.alpha,
-            "mode": cfg.mode,
-            "null": NULLS[cfg.mode],
-            "reference_partitions": ref_partitions,
-        }
-        if failed:
-            details["errors"] = [f"{r.get('record_id')}: {r['error']}" for r in failed[:5]]
-        score = self.outputs.score or "score"  # the declared per-example score column decides
-        columns = [score] + self.score_columns(cfg)
-        results = {c: _test_column(own, tested, non_members, c, cfg) for c in columns}
-        main = results[score]
-        details.update(main)
-        if len(columns) > 1:
-            details["by_column"] = {c: results[c] for c in columns[1:]}
-        reason = self._inconclusive_reason(cfg, partition, ref, foreign, main)
-        p_value = main.get("p_value")
-        if reason:
-            decision = "inconclusive"
-        else:
-            decision = "contaminated" if p_value is not None and p_value <= cfg.alpha else "clean"
-        details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
-        statistic = main.get("auc_vs_reference")
-        return Verdict(
-            method=self.name,
-            partition=partition,
-            statistic=float(statistic) if statistic is not None else math.nan,
-            p_value=p_value,
-            rate=None,
-            n_examples=len(own),
-            n_failed=len(failed),
-            details=details,
-            decision=decision,
-            reason=reason,
-        )
-
-    def _inconclusive_reason(
-        self, cfg: HeldoutConfig, partition: str, ref: list[dict], foreign: list[str], main: dict[str, Any]
-    ) -> str:
-        """Why the rows cannot decide (naming what to set), or "" when the test can."""
-        adapter = _adapter(partition) or "the benchmark"
-        if not ref:
-            if not cfg.reference:
-                return (
-                    f"no reference configured: {self.name} scores mean little alone. Set methods.<label>.reference "
-                    f"to {{<this benchmark's key>: <key of a held-out {adapter} partition known unseen>}} (another "
-                    "split or draw, under benchmarks:)"
-                )
-            return (
-                "no reference rows: either this partition is itself a reference (the yardstick, never tested), or "
-                f"methods.<label>.reference maps nothing to it; to test it, map its key to a held-out {adapter} "
-                "partition known unseen"
-            )
-        if foreign and cfg.mode == "heldout":
-            return (
-                f"mode=heldout, but the reference rows are from {', '.join(foreign)}, another benchmark than "
-                f"{partition}: set the reference to a held-out {adapter} partition, or mode: distribution"
-            )
-        n1, n2 = main["partition"]["n"], main["reference"]["n"]
-        need = self.applies.min_rows
-        if n1 < need or n2 < need:
-            return (
-                f"{n1} scored rows in the partition and {n2} in the reference; the test needs >= {need} a side to "
-                "have any power: raise benchmarks.<key>.limit (or run.limit) for both, and fix failed rows"
-            )
-        units = main.get("units") or {}
-        u1 = (units.get("partition") or {}).get("n_units", n1)
-        u2 = (units.get("reference") or {}).get("n_units", n2)
-        smallest = min_p_value(u1, u2)
-        if smallest > cfg.alpha:
-            what = "rows" if (u1, u2) == (n1, n2) else f"sampling units ({units['partition']['how']})"
-            return (
-                f"with {u1} and {u2} {what} the smallest one-sided Mann-Whitney p is 1 / C({u1 + u2}, {u1}) = "
-                f"{smallest:.3g} > alpha {cfg.alpha}: no ranking could reach it; add rows (or draw both sides with "
-                "sample: random, whose rows are independent units) or raise alpha"
-            )
-        return ""
-
-    def _summary(
-        self,
-        cfg: HeldoutConfig,
-        partition: str,
-        refs: list[str],
-        main: dict[str, Any],
-        decision: str,
-        reason: str,
-    ) -> str:
-        n1 = main["partition"]["n"]
-        if not refs:
-            return f"{self.name}: {n1} scored rows of {partition}, no reference rows -> inconclusive"
-        where = ", ".join(refs)
-        if main["reference"] is None:
-            return f"{self.name}: {partition} vs rows of another benchmark ({where}) in mode=heldout: not tested"
-        n2 = main["reference"]["n"]
-        if cfg.mode == "heldout":
-            line = f"{self.name}: {n1} rows of {partition} vs {n2} held-out rows of the same benchmark ({where})"
-        else:
-            line = f"{self.name}: {n1} rows of {partition} vs {n2} rows of {where} ({SHIFT_CAVEAT})"
-        if main.get("p_value") is not None:
-            units = main.get("units") or {}
-            over = ""
-            if units and units["partition"]["how"] != "rows":
-                n_units = f"{units['partition']['n_units']} vs {units['reference']['n_units']}"
-                over = f" over {n_units} {units['partition']['how']}"
-            line += (
-                f"; AUC {main['auc_vs_reference']:.3f}, one-sided Mann-Whitney p = {main['p_value']:.3g}{over} "
-                f"(alpha {cfg.alpha})"
-            )
-        return f"{line} -> {decision}" + (" (see reason)" if reason else "")
-
-    def score_description(self, cfg: Any) -> str:
-        return self.__doc__.strip().splitlines()[0] if self.__doc__ else self.name
 
 
 class MembershipMethod(HeldoutTest):
@@ -605,124 +271,6 @@ class MembershipMethod(HeldoutTest):
                 row["error"] = f"record {record.id!r}: {err}"
             rows.append(row)
         return rows
-
-
-def min_p_value(n1: int, n2: int) -> float:
-    """The smallest one-sided Mann-Whitney p-value n1 and n2 rows can give: every partition row above
-    every reference row, one of C(n1 + n2, n1) equally likely rankings under the null."""
-    return 1.0 / math.comb(n1 + n2, n1) if n1 > 0 and n2 > 0 else 1.0
-
-
-def _adapter(partition: str) -> str:
-    """The adapter of a partition string ``adapter/config/split``."""
-    return partition.split("/", 1)[0]
-
-
-def _generated(adapter: str) -> bool:
-    """A generated benchmark (every config and split an independent draw of one generator)."""
-    from contamray.benchmarks import get_adapter
-
-    try:
-        return get_adapter(adapter).generate is not None
-    except (KeyError, ValueError):
-        return False
-
-
-def _independent_rows(partition: str) -> bool:
-    """Whether the partition's benchmark declares its rows independent draws (``Adapter.independent_rows``)."""
-    from contamray.benchmarks import get_adapter
-
-    try:
-        return bool(get_adapter(_adapter(partition)).independent_rows)
-    except (KeyError, ValueError):
-        return False
-
-
-def _resolved(bench: BenchmarkFacts) -> tuple[str, str, str]:
-    """(adapter, config, split) with the adapter's defaults filled in."""
-    from contamray.benchmarks import get_adapter
-
-    try:
-        a = get_adapter(bench.adapter)
-        return (bench.adapter, a.resolve_config(bench.config), a.resolve_split(bench.split))
-    except (KeyError, ValueError):
-        return (bench.adapter, str(bench.config or ""), str(bench.split or ""))
-
-
-def unit_columns(record: Record) -> dict[str, Any]:
-    """The columns of an example row that ``HeldoutTest.reduce`` reads to form sampling units: id,
-    partition, split order, declared group or topic, whether the benchmark's rows are independent draws."""
-    return {
-        "record_id": record.id,
-        "partition": record.partition,
-        "order": record.order,
-        "unit_key": unit_key(record.meta),
-        "independent_rows": _independent_rows(record.partition),
-    }
-
-
-def _scored(rows: list[dict], column: str) -> list[tuple[dict, float]]:
-    """(row, value) for rows that did not fail and have a finite ``column``."""
-    pairs = [(r, finite(r.get(column))) for r in rows if not _failed(r)]
-    return [(r, v) for r, v in pairs if v is not None]
-
-
-def _in_order(pairs: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
-    """Scored rows in split order (partition, then ``order``); rows without an order keep theirs."""
-    return sorted(pairs, key=lambda p: (str(p[0].get("partition", "")), _order(p[0])))
-
-
-def _order(row: Mapping[str, Any]) -> int:
-    value = finite(row.get("order"))
-    return int(value) if value is not None else -1
-
-
-def _test_column(
-    own: list[dict], ref: list[dict], non_members: list[dict], column: str, cfg: HeldoutConfig
-) -> dict[str, Any]:
-    """Mann-Whitney of ``own`` against ``ref`` on ``column`` over sampling units (``stats.clusters``: each
-    unit's mean), and the instance-level AUC of own labelled rows against ``non_members`` (reference rows
-    of the same benchmark; non-members unless labelled)."""
-    mine, theirs = _in_order(_scored(own, column)), _in_order(_scored(ref, column))
-    result: dict[str, Any] = {
-        "partition": describe([v for _, v in mine]),
-        "reference": describe([v for _, v in theirs]) if ref else None,
-        "p_value": None,
-        "auc_vs_reference": None,
-    }
-    if mine and theirs:
-        sides = [([_order(r) for r, _ in s], [str(r.get("unit_key") or "") for r, _ in s],
-                  all(truthy(r.get("independent_rows")) for r, _ in s)) for s in (mine, theirs)]  # fmt: skip
-        units = paired_units(sides, cfg.units, cfg.block_rows)
-        a = unit_means([v for _, v in mine], units[0])
-        b = unit_means([v for _, v in theirs], units[1])
-        test = mann_whitney_greater(a, b)
-        result.update(p_value=test.p_value, auc_vs_reference=test.detail["auc"], mann_whitney_u=test.statistic,
-                      units={"partition": units[0].to_dict(), "reference": units[1].to_dict()})  # fmt: skip
-        if len(a) != len(mine) or len(b) != len(theirs):
-            rows_test = mann_whitney_greater([v for _, v in mine], [v for _, v in theirs])
-            result["rows_auc_vs_reference"] = rows_test.detail["auc"]
-            result["rows_p_value_if_independent"] = rows_test.p_value
-    result.update(_member_auc(mine, _scored(non_members, column)))
-    return result
-
-
-def _member_auc(mine: list[tuple[dict, float]], others: list[tuple[dict, float]]) -> dict[str, Any]:
-    """ROC AUC and TPR at 5 % FPR of members vs non-members, when the partition has labels and both classes."""
-    if not any(not missing(r.get("member")) for r, _ in mine):
-        return {}
-    labelled = [(v, truthy(r.get("member"))) for r, v in mine if not missing(r.get("member"))]
-    labelled += [(v, truthy(r.get("member")) if not missing(r.get("member")) else False) for r, v in others]
-    labels = [m for _, m in labelled]
-    if set(labels) != {True, False}:
-        return {}
-    scores = [v for v, _ in labelled]
-    return {
-        "auc_member": roc_auc(scores, labels),
-        "tpr_at_5pct_fpr": tpr_at_fpr(scores, labels, 0.05),
-        "n_members": sum(labels),
-        "n_non_members": len(labels) - sum(labels),
-    }
 
 
 # ----------------------------------------------------------------------------- the six methods

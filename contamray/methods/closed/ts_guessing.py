@@ -49,7 +49,7 @@ Where this departs from the reference implementation, and why:
   texts); prompts go through the model's chat template when it has one (``chat``; the paper prompted chat
   models: ChatGPT, GPT-4, Claude, Llama-2-chat); greedy decoding (temperature 0, LLMSanitize's default).
 
-Partition decision (``reduce``, shared with the membership scores: ``membership_scores.HeldoutTest``): an
+Partition decision (``reduce``, shared with the membership scores: ``heldout_test.HeldoutTest``): an
 exact-match rate means little alone - how guessable a masked word or option is depends on the benchmark -
 so the partition's per-example exact matches are compared with those of a *held-out partition of the same
 benchmark known unseen* (``reference``, ``mode: heldout``) by a one-sided Mann-Whitney U test over sampling
@@ -79,7 +79,7 @@ import numpy as np
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
 from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
 from contamray.methods.closed.clean_dirty_eval import gold_index
-from contamray.methods.closed.membership_scores import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.ts_words import CHOOSE, mask_word
 from contamray.metrics.rouge import rouge_l_f1
 from contamray.records import Record
