@@ -51,3 +51,26 @@ def test_llama2_openllm_engine_pool_is_vllm_on_gpu_nodes(gpu_cluster):
     placed = ray.get([probe.answer.remote() for probe in probes])
     assert {node for node, _ in placed} == gpu_cluster  # one actor per GPU node
     assert all(gpus == 1 for _, gpus in placed)
+
+
+def test_llmsanitize_table1_plans_four_gpu_models_and_a_chat_api_for_guided_prompting_only(gpu_cluster):
+    """The survey's Table 1 (``+exp=llmsanitize_table1``): four 7B models on vLLM, one GPU per replica, and
+    GPT-3.5-turbo through a chat-only API. The chat API returns no prompt log-probabilities, so its sharded
+    cells are skipped with that reason; guided prompting runs on all five. A dry run's reservation puts the
+    vLLM replicas on the GPU nodes; the API model asks for no GPU."""
+    plan = plan_of("+exp=llmsanitize_table1")
+    assert list(plan.models) == ["llama2_7b", "qwen1_5_7b", "mistral_7b", "gemma_7b", "gpt35_turbo"]
+    benchmarks = {"arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "winogrande", "gsm8k"}
+    assert set(plan.benchmarks) == benchmarks and all(b.limit == 100 for b in plan.benchmarks.values())
+    cells = {(c.model, c.method) for c in plan.cells}
+    for model in plan.models:
+        assert all(sum(c.model == model and c.method == m for c in plan.cells) == 6 for m in ["guided_prompting"])
+    assert ("gpt35_turbo", "sharded_likelihood_oren") not in cells
+    assert ("llama2_7b", "sharded_likelihood_oren") in cells and ("gemma_7b", "sharded_likelihood") in cells
+    skipped = [(c, r) for c, r in plan.skipped if c.model == "gpt35_turbo"]
+    assert len(skipped) == 2 * 6 and all("openai_chat" in r and "prompt log-probabilities" in r for _, r in skipped)
+
+    placements = {p.pool: p for p in reserve_engine_pools(plan, timeout_s=60)}
+    for name in ["llama2_7b", "qwen1_5_7b", "mistral_7b", "gemma_7b"]:
+        assert placements[name].backend == "vllm" and set(placements[name].nodes) <= gpu_cluster
+    assert placements["gpt35_turbo"].backend == "http" and placements["gpt35_turbo"].num_gpus == 0

@@ -298,6 +298,29 @@ def test_guided_prompting_through_the_api_equals_the_local_engine(vllm_server: s
     assert json.dumps(rows_remote, sort_keys=True, default=str) == json.dumps(rows_local, sort_keys=True, default=str)
 
 
+def test_a_chat_only_api_model_skips_the_scoring_methods_with_the_reason() -> None:
+    """``api: openai_chat`` (GPT-3.5-turbo and other chat APIs): no prompt log-probabilities, so the plan skips
+    the methods that score text on that model, with the reason; the generation methods keep their cells."""
+    plan = plan_of("model=[openai_compatible]", "models.openai_compatible.api=openai_chat",
+                   "benchmark=[synthetic_facts]", "method=[guided_prompting,perplexity,sharded_likelihood]",
+                   "corpus=none")  # fmt: skip
+    assert [c.method for c in plan.cells] == ["guided_prompting"]
+    reasons = {c.method: r for c, r in plan.skipped}
+    assert set(reasons) == {"perplexity", "sharded_likelihood"}
+    assert all("openai_chat" in r and "models.openai_compatible" in r for r in reasons.values())
+
+
+@pytest.mark.slow
+def test_a_chat_only_api_sends_every_prompt_as_a_chat_turn_and_cannot_score(vllm_server: str, hf32) -> None:
+    engine = http_engine(vllm_server, api="openai_chat")
+    greedy = Sampling(max_tokens=12)
+    remote = engine.complete(PROMPTS, greedy, chat=False)  # raw text asked for: a chat-only model has none
+    local = hf32.complete(PROMPTS, greedy, chat=True)
+    assert [c.text for c in remote] == [c.text for c in local] and not any(c.error for c in remote)
+    with pytest.raises(NotImplementedError, match="openai_chat serves chat completions only"):
+        engine.score(TEXTS)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("api", ["vllm", "openai"])
 def test_prompt_logprobs_equal_the_local_engine(vllm_server: str, hf32, api: str) -> None:

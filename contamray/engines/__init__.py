@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "hf", "vllm", "http")
-HTTP_APIS = ("vllm", "openai")
+HTTP_APIS = ("vllm", "openai", "openai_chat")  # what the server answers: engines/http.py
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -23,6 +23,11 @@ What it sends (``httpx``, one request per prompt, at most ``max_concurrent_reque
   ``api: openai``: ``echo: true`` + ``logprobs: 0`` + ``max_tokens: 1`` on the text (the legacy OpenAI
   way, also served by vLLM): ``choices[0].logprobs.token_logprobs[1:usage.prompt_tokens]``; no token
   ids, no rolling windows (the ids are the server's), and a text longer than the context fails.
+- ``api: openai_chat``: a chat-only model (GPT-3.5-turbo, GPT-4 and most hosted chat APIs): every generation
+  is ``POST /v1/chat/completions``, a prompt a method meant as raw text included (sent as one user
+  message: a chat-only model has no raw completion, so its chat template always applies); there is no
+  scoring (no prompt log-probabilities), so the plan skips the methods that score text on such a model
+  (``Method.scores_text``), with the reason in the report.
 - the model's context: ``max_model_len`` from the config, else ``GET /v1/models`` (vLLM reports
   ``max_model_len``); like vLLM locally, one position is kept for the generated token.
 
@@ -71,7 +76,7 @@ from typing import Any
 
 import httpx
 
-from contamray.engines import ENV_NAME
+from contamray.engines import ENV_NAME, HTTP_APIS
 from contamray.engines.base import (
     Completion,
     TokenScores,
@@ -85,12 +90,17 @@ from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
 
-APIS = ("vllm", "openai")
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 VOCAB_STATS_UNSUPPORTED = (
     "with_vocab_stats (the vocabulary mean/std of log p that Min-K%++ needs) is not available from the http "
     "backend: an OpenAI-compatible API returns chosen-token log-probabilities only. Probe a local copy of the "
     "model with backend 'hf' for Min-K%++"
+)
+
+
+CHAT_ONLY_NO_SCORES = (
+    "{name}: {where}.api=openai_chat serves chat completions only, which return no prompt log-probabilities: "
+    "text cannot be scored (the plan skips the methods that score on such a model)"
 )
 
 
@@ -240,8 +250,8 @@ class HTTPEngine:
         name: str = "",
         where: str = "model",
     ) -> None:
-        if api not in APIS:
-            raise ValueError(f"{where}.api: {api!r} is not one of {', '.join(APIS)}")
+        if api not in HTTP_APIS:
+            raise ValueError(f"{where}.api: {api!r} is not one of {', '.join(HTTP_APIS)}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api = api
@@ -400,6 +410,7 @@ class HTTPEngine:
             body["seed"] = int(sampling.seed)
         if self.api == "vllm":
             body["return_token_ids"] = True
+        chat = chat or self.api == "openai_chat"  # a chat-only model has no raw completion
         if chat:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -431,6 +442,8 @@ class HTTPEngine:
         """Prompt log-probabilities of each text (module docstring); a failed text has ``error``."""
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
+        if self.api == "openai_chat":
+            raise NotImplementedError(CHAT_ONLY_NO_SCORES.format(name=self.name, where=self.where))
         if self.api == "openai":
             if context_len:
                 raise NotImplementedError(f"{self.name}: rolling windows need token ids from the server's /tokenize; "
@@ -463,6 +476,8 @@ class HTTPEngine:
         """Scores of token id sequences (each at most the model's context), one request each."""
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
+        if self.api == "openai_chat":
+            raise NotImplementedError(CHAT_ONLY_NO_SCORES.format(name=self.name, where=self.where))
         return self._map(self._score_ids_one, encoded)
 
     def _score_ids_one(self, ids: list[int]) -> TokenScores:

@@ -171,6 +171,9 @@ class Method:
     # above this share of failed rows the partition decision is ``inconclusive``: the rows left are not
     # the partition any more (a failure is rarely independent of the text: long, empty, odd encodings)
     max_failed_share: ClassVar[float] = 0.5
+    # it asks engines for prompt log-probabilities (``kind="score"`` requests): the plan skips it on a model
+    # that cannot give them (a chat-only API, ``api: openai_chat``), with the reason
+    scores_text: ClassVar[bool] = False
 
     def make_config(self, params: dict[str, Any] | None, where: str = "") -> Any:
         """Build ``Config`` from a plain dict, naming the config key on an unknown parameter."""

@@ -296,6 +296,11 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             if reason:
                 plan.skipped += [(cell, reason) for cell in cells]
                 continue
+            unscorable = [c for c in cells if m.method.scores_text and _chat_only(models.get(c.model))]
+            plan.skipped += [(c, _no_scores_reason(m, models[c.model])) for c in unscorable]
+            cells = [c for c in cells if c not in unscorable]
+            if not cells:
+                continue
             plan.warnings += [f"methods.{m.label}: {w}" for w in m.method.plan_warnings(cfg, facts)]
             plan.cells += cells
     _check_skipped_dependencies(plan)
@@ -376,6 +381,8 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
                 f"{where}: method {m.method_name} compares against a reference model; set reference_model "
                 "to a model spec (e.g. reference_model={source: smollm2-135m})"
             )
+        if "reference" in roles and m.method.scores_text and _chat_only(plan.reference_model):
+            raise ConfigError(f"reference_model: {_no_scores_reason(m, plan.reference_model)}")
         if "judge" in roles and plan.judge is None and not plan.models:
             raise ConfigError(f"{where}: method {m.method_name} needs a judge engine; set judge or add a model")
         if getattr(m.method, "vocab_stats", False):
@@ -402,6 +409,19 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
                 f"{where}.contamination_from: {source!r} is not an open-data method of this run; "
                 f"choices: {', '.join(opens) or 'none (add one, e.g. method=[...,ngram13])'}"
             )
+
+
+def _chat_only(model: ModelPlan | None) -> bool:
+    """A model behind a chat-only API (``api: openai_chat``): it generates, it cannot score text."""
+    return model is not None and model.backend == "http" and model.engine.get("api") == "openai_chat"
+
+
+def _no_scores_reason(m: MethodPlan, model: ModelPlan) -> str:
+    return (
+        f"{m.method_name} scores text with prompt log-probabilities, and models.{model.name} (api: openai_chat) "
+        "serves chat completions only, which return none; probe a local copy of the weights, or a server that "
+        "returns prompt log-probabilities (api: vllm or openai), for this method"
+    )
 
 
 def _check_vocab_stats(plan: Plan, m: MethodPlan) -> None:

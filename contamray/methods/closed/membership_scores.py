@@ -181,6 +181,7 @@ class MembershipMethod(HeldoutTest):
     family = "closed"
     engine_roles: ClassVar[tuple[str, ...]] = ("target",)
     vocab_stats: ClassVar[bool] = False
+    scores_text: ClassVar[bool] = True
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
 
     # subclasses ---------------------------------------------------------------

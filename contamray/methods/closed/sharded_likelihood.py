@@ -455,6 +455,7 @@ class ShardedLikelihood(Method):
     Config = Config
     engine_roles = ("target",)
     score_scope = "partition"
+    scores_text = True
     outputs = Outputs(
         score="d", score_label="shard d: canonical minus mean shuffled log-likelihood (nats; the row's shard)"
     )
