@@ -137,3 +137,106 @@ def test_shard_permutation_p_is_valid_when_the_canonical_order_is_exchangeable()
         orderings = [-rng.gamma(0.7, 3.0, size=5) for _ in range(4)]
         p.append(shard_permutation_test(orderings).p_value)
     _within_level(p, "shard permutation")
+
+
+# ----------------------------------------------------------------------------- corpus matching vs brute force
+
+GRAM_WORDS = st.sampled_from(["alpha", "beta", "gamma", "delta", "Eps", "zeta,", "eta", "theta!", "7", "iota"])
+
+
+@st.composite
+def planted_corpus(draw) -> tuple[list[list[str]], list[list[str]]]:
+    """Examples of 4-12 words from a 10-word vocabulary (so chance collisions happen) and documents of
+    random words with random windows of random examples planted at random places."""
+    examples = draw(st.lists(st.lists(GRAM_WORDS, min_size=4, max_size=12), min_size=1, max_size=5))
+    docs = []
+    for _ in range(draw(st.integers(1, 4))):
+        doc = draw(st.lists(GRAM_WORDS, min_size=0, max_size=25))
+        for _ in range(draw(st.integers(0, 2))):
+            source = examples[draw(st.integers(0, len(examples) - 1))]
+            start = draw(st.integers(0, len(source) - 1))
+            stop = draw(st.integers(start + 1, len(source)))
+            at = draw(st.integers(0, len(doc)))
+            doc[at:at] = source[start:stop]
+        docs.append(doc)
+    return examples, docs
+
+
+def _grams(words: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+@SETTINGS
+@given(planted_corpus(), st.integers(2, 4))
+def test_ngram_matching_equals_brute_force(corpus, n: int):
+    """``ngram_overlap``'s hashed index and vectorised match find exactly the n-grams (and documents) a
+    brute-force set intersection of normalised word n-grams finds."""
+    from contamray.methods.open import ngram_overlap as ngo
+    from contamray.metrics.ngrams import words
+    from contamray.records import Record
+
+    examples, docs = corpus
+    records = [Record(id=f"r{i}", partition="p", input=" ".join(ws), label="", reference="", task="question_answering")
+               for i, ws in enumerate(examples)]  # fmt: skip
+    documents = [{"doc_id": f"d{j}", "text": " ".join(ws)} for j, ws in enumerate(docs)]
+    cfg = ngo.NGramOverlapConfig(n=n, label_fields=(), min_words=1, short_examples="skip", max_evidence=100)
+    matches = ngo.match(documents, ngo.build_index(records, cfg), cfg)
+    rows = {r["record_id"]: r for r in ngo.score(records, matches, cfg)}
+    doc_grams = {d["doc_id"]: _grams(words(d["text"]), n) for d in documents}
+    for record in records:
+        mine = _grams(words(record.input), n)
+        found = {g for g in mine if any(g in grams for grams in doc_grams.values())}
+        row = rows[record.id]
+        if len(words(record.input)) < n:
+            assert row["status"] == ngo.STATUS_TOO_SHORT and not row["contaminated"]
+            continue
+        assert row["n_ngrams"] == len(mine)
+        assert row["matched_total"] == len(found)
+        assert row["contaminated"] == bool(found)
+        assert row["doc_ids"] == sorted(d for d, grams in doc_grams.items() if grams & mine)
+
+
+CHARS = st.text(alphabet="abAB12 ,.-", min_size=0, max_size=40)
+
+
+@st.composite
+def planted_texts(draw) -> tuple[list[str], list[str]]:
+    """Short examples over a 6-character alphabet (chance matches happen) and documents with random pieces
+    of random examples planted into random text."""
+    examples = draw(st.lists(st.text(alphabet="abAB12 ,.-", min_size=1, max_size=30), min_size=1, max_size=4))
+    docs = []
+    for _ in range(draw(st.integers(1, 3))):
+        doc = draw(CHARS)
+        for _ in range(draw(st.integers(0, 2))):
+            source = examples[draw(st.integers(0, len(examples) - 1))]
+            start = draw(st.integers(0, len(source)))
+            stop = draw(st.integers(start, len(source)))
+            at = draw(st.integers(0, len(doc)))
+            doc = doc[:at] + source[start:stop] + doc[at:]
+        docs.append(doc)
+    return examples, docs
+
+
+@SETTINGS
+@given(planted_texts(), st.integers(3, 8), st.booleans())
+def test_substring_matching_equals_brute_force(corpus, length: int, lowercase: bool):
+    """``gpt4_substring``'s rolling-hash match finds exactly the sampled substrings (and documents) that
+    Python's ``in`` finds in the processed documents."""
+    from contamray.methods.open import gpt4_substring as g4
+    from contamray.records import Record
+
+    examples, docs = corpus
+    records = [Record(id=f"r{i}", partition="p", input=text, label="", reference="", task="question_answering")
+               for i, text in enumerate(examples)]  # fmt: skip
+    documents = [{"doc_id": f"d{j}", "text": text} for j, text in enumerate(docs)]
+    cfg = g4.GPT4SubstringConfig(length=length, n_samples=3, label_fields=(), lowercase=lowercase, max_evidence=100)
+    rows = {r["record_id"]: r for r in g4.score(records, g4.match(documents, g4.build_index(records, cfg), cfg), cfg)}
+    processed = {d["doc_id"]: g4.normalize(d["text"], lowercase) for d in documents}
+    for record in records:
+        samples = g4.example_samples(record, cfg).samples
+        row = rows[record.id]
+        found = [i for i, s in enumerate(samples) if any(s.text in text for text in processed.values())]
+        assert row["samples_found"] == found
+        assert row["contaminated"] == bool(found)
+        docs_hit = sorted(d for d, text in processed.items() if any(s.text in text for s in samples))
+        assert row["doc_ids"] == docs_hit
