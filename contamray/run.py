@@ -91,6 +91,7 @@ def run(cfg: DictConfig) -> Path:
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
     from contamray.pipeline.plan import ConfigError
+    from contamray.pipeline.store import StoreWriteError
 
     logging.basicConfig(level=os.environ.get("CONTAMRAY_LOG", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -98,6 +99,9 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
+    except StoreWriteError as err:  # a full disk: the message says what is kept and what to do
+        print(f"store error: {err.strerror}", file=sys.stderr)
+        sys.exit(3)
 
 
 def cli_main() -> None:
