@@ -63,6 +63,14 @@ def test_an_unknown_benchmark_config_fails_in_the_plan_naming_the_key_and_choice
     assert plan.benchmarks["synthetic_facts"].config == "set3"
 
 
+def test_an_unknown_experiment_lists_the_experiments(tmp_path: Path):
+    out = subprocess.run([sys.executable, "-m", "contamray.run", "+exp=no_such_exp", f"hydra.run.dir={tmp_path}"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode != 0 and "Could not find 'exp/no_such_exp'" in out.stderr
+    assert "Available options in 'exp'" in out.stderr and "canary" in out.stderr and "smoke" in out.stderr
+    assert not any(tmp_path.iterdir())  # no work, no output
+
+
 def test_an_api_reference_of_an_unknown_config_is_a_422_naming_the_key():
     from contamray.serve.check import compose_plan
     from contamray.serve.security import ApiError
@@ -237,6 +245,24 @@ def test_a_jsonl_file_cut_mid_line_keeps_its_complete_lines(tmp_path: Path):
     assert docs[2]["doc_id"] == f"{tmp_path}/cut.jsonl:3" and docs[2]["error"].startswith("not a JSON line")
 
 
+def test_empty_and_blank_corpus_documents_are_documents_that_match_nothing(tmp_path: Path):
+    """Not an error: a training corpus may hold empty documents; they are read (no error row) and no
+    benchmark text can overlap them."""
+    from contamray.corpus.readers import iter_documents
+    from contamray.methods.base import get_method
+    from contamray.records import Record
+
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in ("", "   \n\t ")))
+    docs = list(iter_documents(str(tmp_path / "e.jsonl"), errors="keep"))
+    assert [(d["text"].strip(), d["error"]) for d in docs] == [("", ""), ("", "")]
+    method = get_method("ngram_overlap")
+    cfg = method.make_config({"n": 2})
+    record = Record(id="r", partition="p", input="a b c d", label="e", reference="a b c d", task="question_answering")
+    index = method.build_index([record], cfg)
+    assert method.match(docs, index, cfg) == []
+    assert method.match([{"doc_id": "d", "text": "x a b c d y"}], index, cfg)  # a real overlap does match
+
+
 # --------------------------------------------------------------------------- models and engines
 
 
@@ -314,6 +340,59 @@ def test_an_engine_batch_out_of_memory_reaches_the_one_request_as_its_error():
     assert [o.key for o in outs] == [r.key for r in reqs]
     assert "out of memory even alone" in outs[1].error and outs[1].token_logprobs == []
     assert all(not o.error and o.num_tokens == len(t) - 1 for o, t in zip(outs, texts) if o.key != "k1")
+
+
+def test_any_other_engine_error_fails_only_the_request_that_raises_it():
+    """A batch whose engine call raises for another reason is answered again one request at a time
+    (``answer_requests``): the request that really fails carries the error, its neighbours are answered."""
+    from contamray.engines.base import TokenScores
+    from contamray.engines.wire import Request
+    from contamray.pipeline.actors import answer_requests
+
+    class Picky:
+        name, calls = "picky", []
+
+        def score(self, texts, with_vocab_stats=False, context_len=0, stride=0):
+            self.calls.append(len(texts))
+            if "\x00" in "".join(texts):
+                raise ValueError("the tokenizer refuses NUL characters")
+            return [TokenScores(token_logprobs=[-1.0] * len(t.split())) for t in texts]
+
+    engine = Picky()
+    texts = ["one two", "bad\x00text", "three four five"]
+    outs = answer_requests(engine, [Request(key=f"k{i}", record_ids=(f"r{i}",), kind="score", text=t)
+                                    for i, t in enumerate(texts)])  # fmt: skip
+    assert outs[1].error == "ValueError: the tokenizer refuses NUL characters"
+    assert [o.num_tokens for o in outs] == [2, 0, 3] and engine.calls == [3, 1, 1, 1]
+
+
+def test_a_scoring_chunk_or_a_reduce_that_raises_fails_its_rows_or_its_cell_not_the_run(monkeypatch):
+    """A method's ``score`` raising on a chunk: one error row per example of the chunk. Its ``reduce``
+    raising: the cell's verdict is ``error`` with the reason, its rows kept (the other cells go on)."""
+    from contamray.engines.wire import Output
+    from contamray.methods.base import get_method
+    from contamray.pipeline.actors import ScoreWorker
+    from contamray.pipeline.cells import reduce_verdict
+    from contamray.records import Record
+
+    records = [Record(id=f"r{i}", partition="p", input=f"text {i}", label="", reference=f"text {i}",
+                      task="question_answering") for i in range(3)]  # fmt: skip
+    cls = type(get_method("min_k"))
+
+    def broken(self, *args, **kwargs):
+        raise ZeroDivisionError("a bug in the method")
+
+    monkeypatch.setattr(cls, "score", broken)
+    worker = ScoreWorker({"min_k": ("min_k", {})})
+    payload = json.dumps({"records": [r.to_row() for r in records], "outputs": [Output(key="x").to_row()]})
+    rows = json.loads(worker._score("min_k", payload))
+    assert [r["record_id"] for r in rows] == ["r0", "r1", "r2"]
+    assert all(r["error"].startswith("ZeroDivisionError: a bug in the method") for r in rows)
+    monkeypatch.setattr(cls, "reduce", broken)
+    verdict = reduce_verdict("min_k", "min_k", {}, pd.DataFrame(rows).assign(partition="p"))
+    assert verdict["decision"] == "error"
+    assert verdict["error"] == "reduce failed: ZeroDivisionError: a bug in the method"
+    assert verdict["n_examples"] == 3 and verdict["n_failed"] == 3
 
 
 @pytest.mark.slow
