@@ -280,6 +280,37 @@ def test_a_corrupt_checkpoint_names_the_key_and_the_fix(tmp_path: Path):
         build_engine(EngineSpec(source=str(tmp_path), backend="hf", name="m"))
 
 
+@pytest.mark.slow
+def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_models_cells_are_kept(
+    tmp_path: Path, mirror_dir: Path
+):
+    """Two models in one run, one of them a corrupt checkpoint: its Serve deployment fails, the run stops
+    with an error naming the model key and the fix, and the cells of the model that loaded are finished
+    (stored with their verdicts): the re-run after the fix reuses them."""
+    from contamray.engines import resolve_model_path
+
+    bad = tmp_path / "broken-model"
+    bad.mkdir()
+    source = Path(resolve_model_path("smollm2-135m"))
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (bad / name).write_bytes((source / name).read_bytes())
+    (bad / "model.safetensors").write_bytes(b"\x00not a checkpoint" * 64)
+    out = tmp_path / "run"
+    args = ["+exp=base", "model=[smollm2_135m,smollm2_135m_fp32]", f"models.smollm2_135m.source={bad}",
+            "benchmark=[synthetic_facts]", "method=[perplexity]", "corpus=none", "run.limit=6", "ray.num_cpus=3",
+            f"data.mirror_dir={mirror_dir}", f"hydra.run.dir={out}"]  # fmt: skip
+    env = dict(os.environ, CONTAMRAY_LOG="INFO")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-m", "contamray.run", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1200)  # fmt: skip
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log[-3000:]
+    assert "model smollm2_135m: deploying" in log and "failed" in log
+    assert "models.smollm2_135m.source: cannot load model" in log and "download or convert the checkpoint" in log
+    finished = [json.loads(p.read_text()) for p in (out / "cells").glob("*/verdict.json")]
+    assert [v["model"] for v in finished] == ["smollm2_135m_fp32"], log[-3000:]
+
+
 class OOM:
     """A forward pass that runs out of memory on batches above ``most`` and on any text longer than ``huge``."""
 
@@ -297,6 +328,11 @@ def test_out_of_memory_halves_the_batch_then_fails_the_one_request_with_the_reas
 
     assert is_out_of_memory(torch.cuda.OutOfMemoryError("x")) and is_out_of_memory(MemoryError())
     assert is_out_of_memory(RuntimeError("CUDA error: out of memory")) and not is_out_of_memory(ValueError("x"))
+    try:  # the CPU allocator's own error (10 TB, refused at once unless the kernel overcommits always)
+        torch.empty(10**13, dtype=torch.uint8)
+    except RuntimeError as real:
+        assert is_out_of_memory(real)
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
     oom = OOM(most=2, huge=100)
     items = [[1] * 5, [1] * 5, [1] * 500, [1] * 5, [1] * 5, [1] * 5]
 
@@ -408,7 +444,10 @@ def test_the_real_engine_halves_on_out_of_memory_and_answers_as_without_it(caplo
         limit = 1
 
         def _score_batch(self, seqs, with_stats):
-            if len(seqs) > self.limit or any(len(s) > 60 for s in seqs):
+            if any(len(s) > 60 for s in seqs):  # the CPU allocator's own failure (10 TB), else a simulated one
+                torch.empty(10**13, dtype=torch.uint8)
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
+            if len(seqs) > self.limit:
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
             return super()._score_batch(seqs, with_stats)
 

@@ -239,13 +239,15 @@ R = TypeVar("R")
 
 def is_out_of_memory(err: BaseException) -> bool:
     """An engine call that ran out of memory: torch's ``OutOfMemoryError`` (CUDA, MPS), a ``MemoryError``
-    (host RAM), or a ``RuntimeError`` whose message says so (older torch, other allocators)."""
+    (host RAM), or a ``RuntimeError`` whose message says so (older torch; the CPU allocator's "can't
+    allocate memory")."""
     if isinstance(err, MemoryError):
         return True
     oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
     if oom is not None and isinstance(err, oom):
         return True
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 def _free_memory() -> None:
