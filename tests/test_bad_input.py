@@ -304,11 +304,32 @@ def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_mod
     proc = subprocess.run([sys.executable, "-m", "contamray.run", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=1200)  # fmt: skip
     log = proc.stdout + proc.stderr
-    assert proc.returncode != 0, log[-3000:]
-    assert "model smollm2_135m: deploying" in log and "failed" in log
-    assert "models.smollm2_135m.source: cannot load model" in log and "download or convert the checkpoint" in log
+    assert proc.returncode == 4, log[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("model error:")]
+    assert line.startswith("model error: model smollm2_135m: its replica could not start: ValueError: "
+                           "models.smollm2_135m.source: cannot load model")  # fmt: skip
+    assert "download or convert the checkpoint again" in line and "a re-run reuses them" in line
     finished = [json.loads(p.read_text()) for p in (out / "cells").glob("*/verdict.json")]
     assert [v["model"] for v in finished] == ["smollm2_135m_fp32"], log[-3000:]
+
+
+def test_a_failed_deployment_is_reported_by_its_replicas_own_error():
+    """Serve's report of a deployment whose constructor raised ends with the engine's error, which names
+    the model key and the fix; that line is the run's message."""
+    from contamray.serve.hosting import _last_error
+
+    report = (
+        "Failed to update the deployments ['engine']. The deployment failed to start 3 times in a row. This may "
+        "be due to a problem with its constructor or initial health check failing. See controller logs for "
+        "details. Error:\nTraceback (most recent call last):\n  File \"hf.py\", line 160, in __init__\n"
+        "safetensors._safetensors_rust.SafetensorError: Error while deserializing header: header too large\n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
+        "ValueError: models.m.source: cannot load model '/x' with transformers (SafetensorError: ...); its files "
+        "are corrupt or incomplete: download or convert the checkpoint again\n"
+    )
+    assert _last_error(report).startswith("ValueError: models.m.source: cannot load model '/x'")
+    assert _last_error("Deploying: waiting for resources") == "Deploying: waiting for resources"
+    assert _last_error("") == "Serve gave no reason"
 
 
 class OOM:
