@@ -34,7 +34,9 @@ load time that ``head(decoder(x))`` reproduces ``model(x).logits`` and otherwise
 model's own logits (still reduced chunk by chunk).
 
 Batches are length-bucketed: texts are sorted by token count, batched, and results put back in input
-order, so padding waste is small. Scoring pads on the right (positions stay 0..n-1), generation on the
+order, so padding waste is small. A batch that runs out of memory is halved and retried down to one
+request (``base.halving``); a text or prompt that does not fit alone fails with the reason, the rest is
+answered. Scoring pads on the right (positions stay 0..n-1), generation on the
 left (what ``generate`` needs for decoder-only models).
 """
 
