@@ -91,6 +91,8 @@ def run(cfg: DictConfig) -> Path:
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
     from contamray.pipeline.plan import ConfigError
+    from contamray.pipeline.store import StoreWriteError
+    from contamray.serve.hosting import DeployError
 
     logging.basicConfig(level=os.environ.get("CONTAMRAY_LOG", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -98,6 +100,12 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
+    except StoreWriteError as err:  # a full disk: the message says what is kept and what to do
+        print(f"store error: {err.strerror}", file=sys.stderr)
+        sys.exit(3)
+    except DeployError as err:  # a model that cannot be loaded or hosted; the cells finished are stored
+        print(f"model error: {err}. The cells finished before are stored and a re-run reuses them", file=sys.stderr)
+        sys.exit(4)
 
 
 def cli_main() -> None:

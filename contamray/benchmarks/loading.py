@@ -16,6 +16,7 @@ A row that cannot be converted raises ``BenchmarkRowError`` (``strict=True``) or
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import warnings
 from collections.abc import Iterator
@@ -68,12 +69,24 @@ def _read_mirror(adapter: Adapter, config: str, split: str, mirror_dir: str | Pa
         with _quiet_datasets():
             table = datasets.load_dataset("json", data_files=str(path), split="train")
     except Exception as exc:  # pyarrow / datasets raise several types for a malformed file
+        causes = "; ".join(f"{type(c).__name__}: {str(c).splitlines()[0] if str(c) else ''}" for c in _causes(exc))
         raise ValueError(
             f"{path} could not be read as JSON lines in the hub schema of {adapter.hub_id} "
-            f"({config}, {split}): {type(exc).__name__}: {exc}. Fix: one JSON object per line, each "
-            "field with the same type on every row"
+            f"({config}, {split}): {type(exc).__name__}: {exc}"
+            + (f" (caused by {causes})" if causes else "")
+            + ". Fix: one JSON object per line in UTF-8 (no lone surrogate escapes), each field with the same "
+            "type on every row"
         ) from exc
     return table, str(path)
+
+
+def _causes(exc: BaseException, most: int = 2) -> list[BaseException]:
+    """The first ``most`` exceptions ``exc`` was raised from (``datasets`` wraps pyarrow's, which says which
+    row is bad and why)."""
+    found: list[BaseException] = []
+    while (exc := exc.__cause__ or exc.__context__) is not None and len(found) < most and exc not in found:
+        found.append(exc)
+    return found
 
 
 def _read_hub(adapter: Adapter, config: str, split: str) -> tuple[Any, str]:
@@ -165,11 +178,16 @@ def load_records(
 
     result = LoadResult(records=[], failures=[], partition=partition, source=source, total_rows=total)
     first_row_of: dict[str, int] = {}
-    for index, row in zip(indices, rows):
-        ctx = RowContext(adapter, row, index, partition, source, split, config)
+    for index, row in zip(indices, _decoded_rows(rows)):
+        ctx = RowContext(adapter, row if not isinstance(row, _Undecodable) else {}, index, partition, source,
+                         split, config)  # fmt: skip
         if extras is not None:
             ctx.extra_meta = dict(extras[index])
         try:
+            if isinstance(row, _Undecodable):
+                ctx.fail(row.column, f"is not valid UTF-8 text ({row.error})",
+                         "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), restore the row from the "
+                         "hub dataset, drop the row, or load with strict=False to skip the row and get a RowFailure")
             record = _convert(adapter, ctx, first_row_of)
         except BenchmarkRowError as err:
             if strict:
@@ -180,14 +198,54 @@ def load_records(
     return result
 
 
+@dataclasses.dataclass
+class _Undecodable:
+    """A row whose bytes are not UTF-8 (the JSON reader keeps them; they fail when the row is read)."""
+
+    column: str
+    error: str
+
+
+def _decoded_rows(rows: Any) -> Iterator[dict[str, Any] | _Undecodable]:
+    """The rows of a ``datasets`` table in order; a row holding invalid UTF-8 comes as ``_Undecodable``
+    (naming its first bad column) and the rows after it are still read (one by one from there)."""
+    position = 0
+    try:
+        for row in rows:
+            yield row
+            position += 1
+        return
+    except UnicodeDecodeError:
+        pass
+    for k in range(position, len(rows)):
+        try:
+            yield rows[k]
+        except UnicodeDecodeError as err:
+            column = next((c for c in rows.column_names if not _decodes(rows, k, c)), "?")
+            yield _Undecodable(column, str(err))
+
+
+def _decodes(rows: Any, k: int, column: str) -> bool:
+    try:
+        rows.select_columns([column])[k]
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _convert(adapter: Adapter, ctx: RowContext, first_row_of: dict[str, int]) -> Record:
     row_id = ctx.row_id
-    if row_id in first_row_of:
-        ctx.fail(
-            adapter.id_field or "id",
-            f"repeats the id of row {first_row_of[row_id]}",
-            "give every row its own id (as on the hub), drop the duplicate, or load with strict=False",
-        )
+    if row_id in first_row_of:  # the first row keeps the id; a repeat fails as ``<id>@row<index>`` (ids stay unique)
+        try:
+            ctx.fail(
+                adapter.id_field or "id",
+                f"repeats the id of row {first_row_of[row_id]}",
+                "give every row its own id (as on the hub), drop the duplicate, or load with strict=False "
+                "(data.strict=false in a run) to keep the first row and record the others as failed",
+            )
+        except BenchmarkRowError as err:
+            failure = dataclasses.replace(err.failure, row_id=f"{row_id}@row{ctx.row_index}")
+            raise BenchmarkRowError(failure) from None
     record = adapter.convert(ctx)
     first_row_of[row_id] = ctx.row_index
     return record

@@ -522,6 +522,13 @@ _PARSERS: dict[str, Callable[[Any, str, ReadOptions, _Reporter], Iterator[dict[s
 
 def _iter_file(source: Any, path: str, opts: ReadOptions) -> Iterator[dict[str, str]]:
     report = _Reporter(path, opts.errors)
+    if isinstance(source, _Gone):
+        bad = report.bad(path, f"the file was listed when the scan started but is gone now ({source.cause}); it "
+                         "was skipped: restore it and run again (the corpus fingerprint changes, so the "
+                         "open-data cells are scanned again)")  # fmt: skip
+        if bad is not None:
+            yield bad
+        return
     try:
         for row in _PARSERS[opts.format](source, path, opts, report):
             if opts.errors == "keep" and "error" not in row:
@@ -542,12 +549,32 @@ def _iter_file(source: Any, path: str, opts: ReadOptions) -> Iterator[dict[str, 
 
 
 def _open(fs: pafs.FileSystem, path: str, fmt: str) -> Any:
-    if fmt == "parquet":
-        return fs.open_input_file(path)
-    codec = _py_codec(path)
-    if codec is not None:
-        return _Decompressing(fs.open_input_stream(path, compression=None), codec)
-    return fs.open_input_stream(path, compression="detect")
+    try:
+        if fmt == "parquet":
+            return fs.open_input_file(path)
+        codec = _py_codec(path)
+        if codec is not None:
+            return _Decompressing(fs.open_input_stream(path, compression=None), codec)
+        return fs.open_input_stream(path, compression="detect")
+    except FileNotFoundError as err:
+        return _Gone(err)
+
+
+class _Gone:
+    """A file listed when the scan started that is gone when its turn comes (deleted, moved, a lost
+    mount): read as no documents and reported once (``_iter_file``), so the scan goes on."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+
+    def __enter__(self) -> _Gone:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 # --------------------------------------------------------------------------- hub datasets, streamed
@@ -705,12 +732,15 @@ def _datasource_class() -> type:
             self._prefix = prefix
 
         def _open_input_source(self, filesystem: Any, path: str, **open_args: Any) -> Any:
-            if self._opts.format == "parquet":  # needs random access, not a stream
-                return filesystem.open_input_file(path)
-            codec = _py_codec(path)
-            if codec is not None:  # see _Decompressing: keeps what precedes a truncation
-                return _Decompressing(filesystem.open_input_stream(path, compression=None), codec)
-            return super()._open_input_source(filesystem, path, **open_args)
+            try:
+                if self._opts.format == "parquet":  # needs random access, not a stream
+                    return filesystem.open_input_file(path)
+                codec = _py_codec(path)
+                if codec is not None:  # see _Decompressing: keeps what precedes a truncation
+                    return _Decompressing(filesystem.open_input_stream(path, compression=None), codec)
+                return super()._open_input_source(filesystem, path, **open_args)
+            except FileNotFoundError as err:  # listed, then deleted: reported as a bad row, the scan goes on
+                return _Gone(err)
 
         def _read_stream(self, f: Any, path: str) -> Iterator[pa.Table]:
             yield from _blocks(_iter_file(f, self._prefix + path, self._opts), self._opts.errors == "keep")

@@ -26,17 +26,22 @@ Shared by the backends (so they read the same token ids):
   gets the raw text;
 - ``keep_head`` / ``keep_tail``: a text longer than the context is cut (scored texts keep their
   start, prompts their end) and the number of tokens left out is returned with it, so no cut is
-  silent: it reaches ``Output.truncated`` and ``warn_truncated`` logs one warning per call.
+  silent: it reaches ``Output.truncated`` and ``warn_truncated`` logs one warning per call;
+- ``halving``: a batch that runs out of memory (``is_out_of_memory``) is halved and each half retried,
+  down to one request; a request that still does not fit fails alone with the reason (its
+  ``TokenScores.error`` / ``Completion.error``) and the rest of the batch is answered.
 
 Backends live beside this file (``hf.py``, ``vllm.py``); ``build_engine`` picks one from config.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from contamray.engines.wire import Sampling
 
@@ -226,3 +231,49 @@ def warn_truncated(engine: str, what: str, truncated: Sequence[int], limit: int,
             "each request's count is in its Output.truncated and the examples' truncated_tokens",
             engine, len(cut), len(truncated), what, limit, sum(cut), kept,
         )
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """An engine call that ran out of memory: torch's ``OutOfMemoryError`` (CUDA, MPS), a ``MemoryError``
+    (host RAM), or a ``RuntimeError`` whose message says so (older torch; the CPU allocator's "can't
+    allocate memory")."""
+    if isinstance(err, MemoryError):
+        return True
+    oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    if oom is not None and isinstance(err, oom):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def _free_memory() -> None:
+    """Give the allocator's cached blocks back after an out-of-memory error (CUDA only; a no-op elsewhere)."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def halving(run: Callable[[list[T]], list[R]], items: list[T], failed: Callable[[T, str], R], engine: str) -> list[R]:
+    """``run(items)`` (one result per item, in order); a call that runs out of memory is retried on each
+    half of ``items``, recursively, down to one item; an item that runs out of memory alone gets
+    ``failed(item, reason)``. Any other error is raised as it is."""
+    try:
+        return run(items)
+    except Exception as err:  # noqa: BLE001 - only out-of-memory errors are handled here
+        if not is_out_of_memory(err):
+            raise
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else 'out of memory'}"
+    _free_memory()
+    if len(items) == 1:
+        log.warning("%s: one request runs out of memory on its own (%s); it fails, the batch goes on", engine, reason)
+        return [failed(items[0], f"out of memory even alone in a batch of 1 ({reason}); lower the model's "
+                       "max_model_len or the method's context_len, or give the model more memory")]
+    half = len(items) // 2
+    log.warning("%s: a batch of %d ran out of memory (%s); retrying it as %d + %d", engine, len(items), reason,
+                half, len(items) - half)
+    return halving(run, items[:half], failed, engine) + halving(run, items[half:], failed, engine)

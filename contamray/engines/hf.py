@@ -34,7 +34,9 @@ load time that ``head(decoder(x))`` reproduces ``model(x).logits`` and otherwise
 model's own logits (still reduced chunk by chunk).
 
 Batches are length-bucketed: texts are sorted by token count, batched, and results put back in input
-order, so padding waste is small. Scoring pads on the right (positions stay 0..n-1), generation on the
+order, so padding waste is small. A batch that runs out of memory is halved and retried down to one
+request (``base.halving``); a text or prompt that does not fit alone fails with the reason, the rest is
+answered. Scoring pads on the right (positions stay 0..n-1), generation on the
 left (what ``generate`` needs for decoder-only models).
 """
 
@@ -52,6 +54,7 @@ from contamray.engines.base import (
     check_window,
     encode_prompts,
     encode_texts,
+    halving,
     has_chat_template,
     keep_head,
     keep_tail,
@@ -164,6 +167,11 @@ class HFEngine:
                 f"{where}.source: cannot load model {model_path!r} with transformers ({exc}); use an "
                 "embedded model name, a local checkpoint directory, or a hub id reachable from here"
             ) from exc
+        except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint: safetensors, config and shape errors
+            raise ValueError(
+                f"{where}.source: cannot load model {model_path!r} with transformers ({type(exc).__name__}: "
+                f"{exc}); its files are corrupt or incomplete: download or convert the checkpoint again"
+            ) from exc
         self.model.to(self.device).eval()
         self.dtype = next(self.model.parameters()).dtype
         self.pad_id = self._pad_id()
@@ -226,7 +234,13 @@ class HFEngine:
         with torch.inference_mode():
             for bucket in length_buckets(lengths, self.batch_size):
                 idx = [scorable[b] for b in bucket]
-                for i, res in zip(idx, self._score_batch([encoded[i] for i in idx], with_vocab_stats)):
+                scored = halving(  # out of memory: the bucket is halved and retried, then a text fails alone
+                    lambda part: self._score_batch([encoded[i] for i in part], with_vocab_stats),
+                    idx,
+                    lambda _, reason: TokenScores(token_logprobs=[], error=reason),
+                    self.name,
+                )
+                for i, res in zip(idx, scored):
                     results[i] = res
         return [r for r in results if r is not None]
 
@@ -366,21 +380,45 @@ class HFEngine:
         with torch.inference_mode():
             if greedy:  # batched; n greedy samples are one sample n times
                 gen_config = GenerationConfig(**config_kwargs)
+
+                def run(part: list[int]) -> list[list[list[int]]]:
+                    ids, mask = self._pad_left([encoded[i] for i in part])
+                    out = self._generate_ids(ids, mask, gen_config, extra)
+                    return [[new_ids] * n for new_ids in out[:, ids.shape[1] :].tolist()]
+
                 for bucket in length_buckets([len(s) for s in encoded], self.batch_size):
-                    seqs = [encoded[i] for i in bucket]
-                    ids, mask = self._pad_left(seqs)
-                    out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra)
-                    for i, prompt_ids, new_ids in zip(bucket, seqs, out[:, ids.shape[1] :].tolist()):
-                        self._fill(results[i], prompt_ids, [new_ids] * n, limits[i], stops)
+                    # out of memory: the bucket is halved and retried, then a prompt fails alone
+                    for i, samples in zip(bucket, halving(run, bucket, self._failed(results), self.name)):
+                        if samples is not None:
+                            self._fill(results[i], encoded[i], samples, limits[i], stops)
             else:  # one call per prompt, seeded first: its samples do not depend on what else is in the batch
-                for i, prompt_ids in enumerate(encoded):
+
+                def run_one(part: list[int]) -> list[list[list[int]]]:
+                    (i,) = part
                     torch.manual_seed(sampling.seed)
                     gen_config = GenerationConfig(**{**config_kwargs, "max_new_tokens": limits[i]},
                                                   num_return_sequences=n)  # fmt: skip
-                    ids, mask = self._pad_left([prompt_ids])
-                    out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra)
-                    self._fill(results[i], prompt_ids, out[:, ids.shape[1] :].tolist(), limits[i], stops)
+                    ids, mask = self._pad_left([encoded[i]])
+                    return [self._generate_ids(ids, mask, gen_config, extra)[:, ids.shape[1] :].tolist()]
+
+                for i in range(len(encoded)):
+                    (samples,) = halving(run_one, [i], self._failed(results), self.name)
+                    if samples is not None:
+                        self._fill(results[i], encoded[i], samples, limits[i], stops)
         return results
+
+    def _generate_ids(self, ids: torch.Tensor, mask: torch.Tensor, gen_config: Any, extra: dict[str, Any]) -> Any:
+        """One ``model.generate`` call on a padded batch: prompt and new ids (the one place generation runs)."""
+        return self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra)
+
+    @staticmethod
+    def _failed(results: list[Completion]) -> Callable[[int, str], None]:
+        """``halving``'s answer for a prompt that runs out of memory alone: its completion carries the reason."""
+
+        def fail(i: int, reason: str) -> None:
+            results[i].error = reason
+
+        return fail
 
     def _fill(
         self, result: Completion, prompt_ids: list[int], samples: list[list[int]], limit: int, stops: list[str]

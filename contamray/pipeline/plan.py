@@ -542,6 +542,11 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
     splits = list(getattr(adapter, "splits", []) or [])
     if split is not None and splits and split not in splits:
         raise ConfigError(f"{where}.split: {split!r} is not a split of {spec['adapter']}; choices: {', '.join(splits)}")
+    config = spec.get("config")
+    configs = list(adapter.all_configs)
+    if config is not None and config not in configs:
+        raise ConfigError(f"{where}.config: {config!r} is not a config of {spec['adapter']}; choices: "
+                          f"{', '.join(configs)}")  # fmt: skip
     limit = spec.get("limit")
     if limit is not None and int(limit) < 1:
         raise ConfigError(f"{where}.limit: must be >= 1 or null (all rows), got {limit}")

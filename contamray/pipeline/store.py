@@ -47,6 +47,23 @@ CHECKSUM_KEY = "examples_sha256"  # in verdict.json: the examples the verdict wa
 log = logging.getLogger(__name__)
 
 
+class StoreWriteError(OSError):
+    """A result file could not be written (``ENOSPC``, a quota, a read-only or lost mount). The run stops:
+    what was stored before is whole (every file goes in under a temporary name, with its checksum), and
+    the file that failed leaves nothing behind, so a re-run reuses the stored cells and computes the rest."""
+
+    def __init__(self, path: str, size: int, cause: OSError) -> None:
+        reason = cause.strerror or str(cause) or type(cause).__name__
+        super().__init__(
+            cause.errno,
+            f"result store: cannot write {path} ({size} bytes): {reason}. The run stops here; every cell "
+            "stored before is intact and a re-run with the same config reuses it. Fix: free space on that "
+            "disk (or raise its quota), or point the run at a store with room (hydra.run.dir=..., "
+            "run.cells_uri=...), then run again",
+        )
+        self.path = path
+
+
 class ResultStore:
     """The run's tables under ``root``; finished cells under ``cells_root`` (default ``root/cells``).
 
@@ -73,11 +90,19 @@ class ResultStore:
 
     @staticmethod
     def _write_atomic(fs: Any, path: str, data: bytes) -> None:
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with fs.open(tmp, "wb") as fh:
-            fh.write(data)
-        fs.mv(tmp, path)
+        try:
+            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            with fs.open(tmp, "wb") as fh:
+                fh.write(data)
+            fs.mv(tmp, path)
+        except OSError as err:  # a full disk, a quota, a lost mount: stop, and leave no half-written file
+            try:
+                if fs.exists(tmp):
+                    fs.rm(tmp)
+            except OSError:
+                pass
+            raise StoreWriteError(path, len(data), err) from err
 
     # progress ----------------------------------------------------------------------------------
     def track(self, cell_hashes: list[str]) -> None:

@@ -88,6 +88,10 @@ def items_to_records(items: Sequence[Item], adapter: str | None = None, task: st
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise ApiError(422, "invalid_items", f"items: ids {dupes} appear more than once; give each item its own id")
+    blank = [i for i, item in enumerate(items) if not item.text.strip()]
+    if blank:
+        raise ApiError(422, "invalid_items", f"items {blank}: text is empty or only whitespace; there is nothing to "
+                       "score - send the text the model was shown")
     records = []
     for i, (item, rid) in enumerate(zip(items, ids)):
         kind = task or ("multiple_choice" if item.choices else "question_answering")

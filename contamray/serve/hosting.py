@@ -32,6 +32,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -321,12 +322,14 @@ def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
         if status == ApplicationStatus.DEPLOY_FAILED:
             message = _app_message(app)
             _delete_quietly(app)
-            raise RuntimeError(f"model {pool.name}: deploying {app} failed: {message or 'Serve gave no reason'}")
+            log.error("model %s: Serve's report of the failed deployment %s: %s", pool.name, app, message)
+            raise DeployError(f"model {pool.name}: its replica could not start: {_last_error(message)} "
+                              f"(Serve application {app}; Serve's full report is in the log above)")  # fmt: skip
         now = time.monotonic()
         if now - started > timeout_s:
             message = _app_message(app)
             _delete_quietly(app)
-            raise RuntimeError(
+            raise DeployError(
                 f"model {pool.name}: its Serve deployment was not up after {timeout_s:.0f} s "
                 f"(serve.deploy_timeout_s). One replica asks for {replica_options(pool)}, "
                 f"{max(1, pool.concurrency)} replica(s); the cluster has {_cluster_resources()}. "
@@ -338,6 +341,19 @@ def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
             log.info("model %s: deployment %s not up after %.0f s: %s", pool.name, app, now - started,
                      _app_message(app) or "loading")  # fmt: skip
         time.sleep(STATUS_POLL_S)
+
+
+class DeployError(RuntimeError):
+    """A model's deployment failed (its replica's constructor raised: a model that cannot be loaded) or was
+    not up in time (no node has its resources): the run stops with this message."""
+
+
+def _last_error(message: str) -> str:
+    """The last ``SomeError: ...`` line of Serve's report (the replica constructor's own error, which names
+    the model key and the fix), or the report's first line."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    return errors[-1] if errors else (lines[0] if lines else "Serve gave no reason")
 
 
 def _app_status(app: str) -> ApplicationStatus | None:
