@@ -257,7 +257,8 @@ def test_reduce_tests_against_the_heldout_and_reports_the_papers_range() -> None
     assert alone.details["dcq"]["upper"] == 1.0 and alone.details["reference_dcq"] is None
 
 
-def test_config_catalog_and_plan() -> None:
+def test_config_catalog_cli_and_plan(capsys) -> None:
+    from contamray.cli import _methods
     from contamray.serve.catalog import method_entry
     from tests.test_config import plan_of
 
@@ -270,6 +271,9 @@ def test_config_catalog_and_plan() -> None:
     assert "Golchin & Surdeanu" in entry["citation"] and "2311.06233" in entry["citation"]
     assert entry["score"] == entry["membership"] == "score" and entry["uses_reference"]
     assert entry["parameters"]["positions"] == "all" and entry["parameters"]["judge"] is False
+    _methods()
+    block = capsys.readouterr().out.split("\ndcq [closed]", 1)[1].split("\n")[:4]
+    assert "Golchin & Surdeanu" in block[0] and "positions='all'" in block[1] and "2311.06233" in block[2]
     heldout = "+benchmarks.arc_heldout={adapter:arc_challenge,split:validation,limit:20}"
     plan = plan_of("method=[dcq]", "benchmark=[arc_challenge,gsm8k]", heldout,
                    "++methods.dcq.reference={arc_challenge:arc_heldout}")  # fmt: skip

@@ -413,8 +413,7 @@ class _Quiz:
 
 @register
 class DCQ(HeldoutTest):
-    """Data Contamination Quiz: the original among four word-level perturbations; bias-compensated (Golchin &
-    Surdeanu)."""
+    """Data Contamination Quiz (Golchin & Surdeanu): how often the original is chosen among its perturbations."""
 
     name = NAME
     family = "closed"
