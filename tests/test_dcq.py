@@ -83,7 +83,8 @@ def test_quizzes_hide_the_original_in_the_given_position_only() -> None:
 def test_answer_parsing_takes_the_first_option_letter() -> None:
     for reply, letter in [("C", "C"), (" c", "C"), ("(b)", "B"), ("Answer: D", "D"), ("The answer is A.", "A"),
                           ("Option E", "E"), ("E) None of the provided options.", "E"), ("B)\nThe group", "B"),
-                          ("I think it is option c", "C"), ("a cat sat", ""), ("", ""), ("None", "")]:  # fmt: skip
+                          ("I think it is option c", "C"), ("a cat sat", ""), ("A scientist maps", ""),
+                          ("C is the one", "C"), ("A\n", "A"), ("", ""), ("None", "")]:  # fmt: skip
         assert parse_answer(reply) == letter, reply
     assert letter_counts(["A", "A", "", "E"]) == {"A": 2, "B": 0, "C": 0, "D": 0, "E": 1}
 
@@ -285,3 +286,45 @@ def test_config_catalog_cli_and_plan(capsys) -> None:
 
     with pytest.raises(ConfigError, match="needs a judge other than the target"):
         plan_of("method=[dcq]", "benchmark=[arc_challenge]", "methods.dcq.judge=true")
+
+
+# ----------------------------------------------------------------------------- on a fine-tuned model
+
+
+@pytest.fixture(scope="module")
+def tuned(contaminated_model):
+    from contamray.engines.hf import HFEngine
+    from contamray.validate.calibrate import SharedEngines
+
+    return SharedEngines({"target": HFEngine(contaminated_model.path, dtype="float32", batch_size=16)})
+
+
+@pytest.fixture(scope="module")
+def quizzed(contaminated_model, tuned):
+    """DCQ's rows on the first 20 seen and 20 unseen questions (offline synonym perturbations, 5 quizzes each)."""
+    method = get_method("dcq")
+    cfg = method.make_config({"reference": {"arc_challenge": "unseen"}})
+    return method, cfg, tuned.run(method, contaminated_model.seen[:20], cfg), tuned.run(
+        method, contaminated_model.unseen[:20], cfg
+    )
+
+
+@pytest.mark.slow
+def test_on_the_fine_tuned_model_every_row_is_scored_or_says_why(quizzed):
+    """SEE_MEASURED"""
+    from contamray.methods.base import DECISIONS
+    from contamray.validate.calibrate import decide
+
+    method, cfg, seen, unseen = quizzed
+    for row in seen + unseen:
+        assert (row["score"] is not None) != bool(row["filtered"] or row["error"]), row
+        if row["score"] is not None:
+            assert row["n_bcq"] == 4 and row["bdq_answer"] in ("", *"ABCDE") and 0.0 <= row["score"] <= 1.0
+    assert not [r["error"] for r in seen + unseen if r["error"]]
+    assert sum(r["score"] is not None for r in seen) >= 12 and sum(r["score"] is not None for r in unseen) >= 12
+    v = decide(method, cfg, seen, unseen)
+    assert v.decision in DECISIONS and (v.decision != "inconclusive" or v.reason)
+    for side in ("dcq", "reference_dcq"):
+        d = v.details[side]
+        assert 0.0 <= d["lower"] <= d["upper"] <= 1.0 and sum(d["bdq_counts"].values()) + d["n_unparsed"] >= d["n"]
+    print("dcq seen vs unseen:", v.details["summary"])

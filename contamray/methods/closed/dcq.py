@@ -78,8 +78,9 @@ Where this departs from the authors' code, and why:
 
 Per example: ``score`` (share of BCQ quizzes where the original was chosen; the plotted and membership
 score), ``instance``, ``perturbation_1`` .. ``perturbation_4``, ``perturbed_by`` (judge / synonyms),
-``bdq_answer``, ``bcq_A`` .. ``bcq_D`` (the letter chosen with the original at that position; None where
-not quizzed), ``n_bcq``, ``n_original``, ``filtered``, ``error``, and the sampling-unit columns of ``unit_columns``.
+``bdq_reply`` (the model's reply to the BDQ, as it came), ``bdq_answer``, ``bcq_A`` .. ``bcq_D`` (the
+letter chosen with the original at that position; None where not quizzed), ``n_bcq``, ``n_original``,
+``filtered``, ``error``, and the sampling-unit columns of ``unit_columns``.
 Requests: (judge) stage 0 ``"<id>|dcq|options"`` on engine role ``judge``; then ``"<id>|dcq|bdq"`` and
 ``"<id>|dcq|bcq_<P>"`` on the target (with ``positions: non_preferred`` the BCQ one stage after the BDQ).
 """
@@ -350,10 +351,11 @@ def quiz_prompt(options: Sequence[str], dataset: str, split: str) -> str:
 
 def parse_answer(reply: str) -> str:
     """The option letter A-E a reply chooses ("" when none): a leading letter ("C", "(c)", "Answer: C",
-    "Option C"), else the first "X)" or "option X" in it."""
+    "Option C"; not the article of "A scientist ..."), else the first "X)" or "option X" in it."""
     text = reply.strip()
     m = _ANSWER.match(text)
-    if m and (m.group(1).isupper() or len(text) <= 3 or m.start(1) > 0):
+    article = m is not None and m.group(1) in "Aa" and re.match(r"\s+[A-Za-z]", text[m.end(1) :]) is not None
+    if m and not article and (m.group(1).isupper() or len(text) <= 3 or m.start(1) > 0):
         return m.group(1).upper()
     for pattern in (_LETTER_PAREN, _LETTER_WORD):
         found = pattern.search(text)
@@ -512,7 +514,7 @@ class DCQ(HeldoutTest):
     def _score_one(self, record: Record, got: dict[str, Output], cfg: DCQConfig) -> dict[str, Any]:
         row: dict[str, Any] = {
             **unit_columns(record), "instance": "", **{f"perturbation_{i + 1}": "" for i in range(len(POSITIONS))},
-            "perturbed_by": "", "bdq_answer": None, **{_bcq(p): None for p in POSITIONS}, "n_bcq": 0,
+            "perturbed_by": "", "bdq_reply": None, "bdq_answer": None, **{_bcq(p): None for p in POSITIONS}, "n_bcq": 0,
             "n_original": 0, "score": None, "filtered": "", "error": "",
         }  # fmt: skip
         try:
@@ -528,7 +530,7 @@ class DCQ(HeldoutTest):
         errors = []
         bdq = got.get(_key(record.id, "bdq"))
         if _ok(bdq):
-            row["bdq_answer"] = parse_answer(bdq.text)
+            row["bdq_reply"], row["bdq_answer"] = bdq.text, parse_answer(bdq.text)
         else:
             errors.append(_failure(_key(record.id, "bdq"), bdq))
         asked = [p for p in POSITIONS if _key(record.id, _bcq(p)) in got]
