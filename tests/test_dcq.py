@@ -311,7 +311,21 @@ def quizzed(contaminated_model, tuned):
 
 @pytest.mark.slow
 def test_on_the_fine_tuned_model_every_row_is_scored_or_says_why(quizzed):
-    """SEE_MEASURED"""
+    """The embedded SmolLM2-135M fine-tuned on 40 ARC-Challenge questions (``contaminated_model``: the question
+    stems, 12 epochs) takes DCQ on the first 20 seen and 20 unseen questions (offline synonym perturbations, the
+    5 quizzes of ``positions: all``, the quiz through the chat template, greedy): the pipeline runs, every row is
+    scored, filtered (too few table words) or failed with a reason, the verdict is three-valued and carries the
+    paper's range for both sides.
+
+    Measured (2026-11-24, 40 seen vs 40 unseen, same settings): 1 seen and 3 unseen questions filtered; the
+    fine-tuned model never answers a quiz with a letter - 0 of 76 BDQ and 0 of 304 BCQ replies hold one; it
+    recites the opening of a *seen* question instead ("The end result in the", "A scientist maps a long") - so the
+    original is chosen in 0 % of quizzes on both sides, the paper's range is [0 %, 0 %] on both, and the held-out
+    test says ``clean`` (p = 1 over 6 vs 6 blocks): a false negative of the quiz on a model this small. The base
+    SmolLM2-135M (not fine-tuned) does answer with letters, nearly always "A)" (BDQ: A 15 of 19 rows; BCQ: A 59,
+    B 8 of 76): the positional bias the BCQ compensate; original chosen in 20 % vs 22 % of quizzes, the paper's
+    range [0 %, 10 %] vs [0 %, 11 %] (the first 10 seen vs 10 unseen, 1 filtered).
+    """
     from contamray.methods.base import DECISIONS
     from contamray.validate.calibrate import decide
 
@@ -328,3 +342,19 @@ def test_on_the_fine_tuned_model_every_row_is_scored_or_says_why(quizzed):
         d = v.details[side]
         assert 0.0 <= d["lower"] <= d["upper"] <= 1.0 and sum(d["bdq_counts"].values()) + d["n_unparsed"] >= d["n"]
     print("dcq seen vs unseen:", v.details["summary"])
+
+
+@pytest.mark.slow
+@pytest.mark.skip(
+    reason="measured 2026-11-24: the fine-tuned SmolLM2-135M never answers a quiz with a letter (0 of 76 BDQ and 0 of "
+    "304 BCQ replies on 40 seen + 40 unseen ARC questions; it recites the opening of a seen question): the original "
+    "is chosen in 0 % of quizzes seen vs 0 % unseen, held-out test p = 1 (clean)"
+)
+def test_seen_questions_have_their_original_chosen_more_often_than_unseen(quizzed):
+    """What DCQ should show on a model that saw the questions; not true of the 135M model (skip reason)."""
+    from contamray.validate.calibrate import decide
+
+    method, cfg, seen, unseen = quizzed
+    v = decide(method, cfg, seen, unseen)
+    assert v.details["dcq"]["original_choice_rate"] > v.details["reference_dcq"]["original_choice_rate"] + 0.2
+    assert v.decision == "contaminated", v.details["summary"]
