@@ -57,6 +57,7 @@ def test_skips_sentence_starts_repeated_names_and_non_names() -> None:
     assert names("The report by the BBC and NASA reached MPs on Monday in March.") == []  # acronyms, days, months
     assert names("Thousands of Americans and a Dutchwoman watched, and I'm sure they cheered.") == []
     assert names("Fans of Wyre Forest District Council cheered in North Yorkshire.") == []  # organisation, place
+    assert names("They drove to St Helens and back.") == []  # "St" marks a place here, not a saint's name
     assert names("The fee was paid to Mr Smith last week.") == [("Smith", 2)]  # a title is never the name
 
 
@@ -201,8 +202,8 @@ def test_catalog_cli_and_plan(capsys) -> None:
 
 @pytest.mark.parametrize(
     ("bench", "at_least"),
-    # measured on the mirror (2026-11-24): XSum 990 of 1000 (99 %), SAMSum 323 of 819 (39 %: most dialogues name
-    # only their speakers), IMDB 87 of 100
+    # measured on the mirror (2026-11-24): XSum 989 of 1000 (99 %; 70 % of rows with person evidence 2), SAMSum
+    # 323 of 819 (39 %: most dialogues name only their speakers), IMDB 87 of 100
     [("xsum", 0.95), ("samsum", 0.35), ("imdb", 0.8)],
 )
 def test_share_of_mirrored_rows_with_a_maskable_name(mirror_dir, bench: str, at_least: float) -> None:
@@ -223,3 +224,74 @@ def test_share_of_mirrored_rows_with_a_maskable_name(mirror_dir, bench: str, at_
         assert not re.search(rf"(?<!\w){re.escape(c.name.word)}(?!\w)", c.text, re.IGNORECASE), c.text
     if bench == "xsum":  # news: most masked names have a title, role word or "said" next to them
         assert sum(c.name.evidence == 2 for c in kept) / len(kept) >= 0.6
+
+
+# ----------------------------------------------------------------------------- on a fine-tuned model
+
+FINETUNE = {"benchmark": "xsum", "n": 20, "epochs": 8, "lr": 5e-4, "max_length": 2048, "seed": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClozeRun:
+    seen: list[dict]
+    unseen: list[dict]
+    verdict: object
+    seconds: dict[str, float]
+
+
+@pytest.fixture(scope="module")
+def cloze_run(mirror_dir, tmp_path_factory) -> ClozeRun:
+    """The embedded SmolLM2-135M fine-tuned on the name-cloze windows of 20 XSum test articles (the unmasked
+    windows of 50 words, one training text, ``FINETUNE`` epochs), then probed by ``name_cloze`` on those 20
+    (seen) and 20 other articles of the split (unseen, the held-out): the usable articles of the mirror in split
+    order, alternately seen and unseen, so the two sides are exchangeable draws and neither is a contiguous
+    block (rows are the test's units)."""
+    import time
+
+    from contamray.benchmarks import load_records
+    from contamray.engines import resolve_model_path
+    from contamray.engines.hf import HFEngine
+    from contamray.inject import finetune_causal_lm
+    from contamray.validate.calibrate import SharedEngines, decide
+
+    c = FINETUNE
+    method = get_method("name_cloze")
+    cfg = method.make_config({"reference": {c["benchmark"]: "unseen"}})
+    usable = []
+    for record in load_records(c["benchmark"], mirror_dir=mirror_dir, n=None).records:
+        try:
+            usable.append((record, probe(record, cfg)))
+        except Filtered:
+            continue
+        if len(usable) == 2 * c["n"]:
+            break
+    seen = [dataclasses.replace(r, partition=f"{r.partition}:seen") for r, _ in usable[0::2]]
+    unseen = [dataclasses.replace(r, partition=f"{r.partition}:unseen") for r, _ in usable[1::2]]
+    text = "\n\n".join(m.text.replace(MASK, m.name.word, 1) for _, m in usable[0::2])
+    seconds = {}
+    start = time.monotonic()
+    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), [text], tmp_path_factory.mktemp("cloze") / "model",
+                              epochs=c["epochs"], lr=c["lr"], batch_size=1, seed=c["seed"],
+                              max_length=c["max_length"])  # fmt: skip
+    seconds["finetune"] = time.monotonic() - start
+    start = time.monotonic()
+    engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=20)})
+    seen_rows = engines.run(method, seen, cfg)
+    unseen_rows = engines.run(method, unseen, cfg)
+    seconds["probe"] = time.monotonic() - start
+    verdict = decide(method, cfg, seen_rows, unseen_rows)
+    print(f"\nname cloze on the fine-tuned model: {verdict.details['summary']}; in_reply "
+          f"{verdict.details['in_reply_rate']} vs {verdict.details['reference_in_reply_rate']}; {seconds}")  # fmt: skip
+    for row in seen_rows + unseen_rows:
+        print(f"  {row['partition'][-6:]} {row['masked']!r} <- {row['completion']!r}")
+    return ClozeRun(seen_rows, unseen_rows, verdict, seconds)
+
+
+@pytest.mark.slow
+def test_name_cloze_runs_end_to_end_on_a_fine_tuned_model(cloze_run) -> None:
+    """Every probe is answered and scored, and the unseen articles' names are rarely guessed."""
+    rows = cloze_run.seen + cloze_run.unseen
+    assert not [r["error"] for r in rows if r["error"]] and all(r["exact_match"] in (0.0, 1.0) for r in rows)
+    v = cloze_run.verdict
+    assert v.details["n_scored"] == v.details["n_reference_scored"] == FINETUNE["n"]
+    assert v.details["reference_rate"] <= 0.2, v.details["summary"]

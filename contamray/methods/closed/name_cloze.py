@@ -27,8 +27,8 @@ Where this departs from the paper, and why:
 
 - **the name finder is a heuristic, not NER** (``name_words`` docstring lists its weaknesses): it finds proper
   nouns, of which only the evidence-2 ones are mostly people; places, brands and teams that occur once are
-  masked too unless ``min_evidence`` is raised (2 keeps the title / role / speech-verb cases: about 71 % of
-  mirrored XSum rows, 2 % of SAMSum). The ``evidence`` column says which kind each row masked. The paper's
+  masked too unless ``min_evidence`` is raised (2 keeps the title / role / speech-verb cases: about 70 % of
+  mirrored XSum rows, 1 % of SAMSum). The ``evidence`` column says which kind each row masked. The paper's
   prompt also asks for "the proper name", not specifically a person's;
 - **other named entities stay in the passage** (the paper keeps only passages with none): the heuristic cannot
   tell them apart reliably, and news and dialogue passages without any other capitalised word are rare; the

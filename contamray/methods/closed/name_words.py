@@ -18,10 +18,10 @@ capitalisation and a few word lists:
 4. it occurs **exactly once in the whole passage**, counted case-insensitively over every word and every
    part of a hyphenated word (so neither ``Will`` beside "will" nor ``Jones`` beside ``Smith-Jones``): once
    masked, the answer is nowhere in plain sight, as in the paper's single-name passages;
-5. a *name run* is a maximal sequence of capitalised words joined by single spaces or hyphens, name
-   particles (``van``, ``de``, ``al`` ...) inside it; a run holding a word of ``ORG_PLACE_WORDS``
-   (``Council``, ``River``, ``United``, ``North`` ...) names an organisation or place, and none of its
-   words is a candidate;
+5. a *name run* is a maximal sequence of capitalised words joined by single spaces, name particles
+   (``van``, ``de``, ``al`` ...) inside it; a run holding a word of ``ORG_PLACE_WORDS`` (``Council``,
+   ``River``, ``United``, ``North``, ``St`` ...) names an organisation or place, and none of its words is a
+   candidate;
 6. SAMSum speaker labels (``Amanda:`` at the start of a line, ``SPEAKER``) count as occurrences of the
    name but are never masked themselves: masking a speaker asks who said a line, which the turn-taking
    of a two-person chat gives away (the paper's passages are chosen so context cannot give the name);
@@ -68,7 +68,7 @@ TITLES = frozenset(
     capt captain sgt sergeant insp inspector det detective supt superintendent constable pc cllr councillor
     president chancellor minister secretary senator sen rep gov governor mayor king queen prince princess
     duke duchess earl pope bishop archbishop cardinal general gen colonel col major maj lieutenant lt admiral
-    commander commissioner coach aunt auntie uncle grandma grandpa granny grandad nan cousin saint st ch
+    commander commissioner coach aunt auntie uncle grandma grandpa granny grandad nan cousin ch
     """.split()
 )
 ROLE_WORDS = frozenset(
@@ -105,7 +105,7 @@ ORG_PLACE_WORDS = frozenset(
     western central new upper lower great greater kingdom republic state states empire province region village
     town castle palace tower estate farm prison academy board senate congress tribunal inquiry summit
     conference world international national royal rovers rangers athletic wanderers albion city fc rfc afc
-    county premier division series tour show festival street sport sports media press
+    county premier division series tour show festival street sport sports media press st saint
     """.split()
 )
 NOT_NAMES = frozenset(
