@@ -15,11 +15,12 @@ Here (``NameCloze``): the passage is the record's ``field`` (``input``: the XSum
 on the lists of capitalised non-names, occurs exactly once in the passage and is not a dialogue speaker label,
 the one with most evidence of being a person's name first (a title, role word, speech verb or apposition next
 to it: 2; a full name of two to four capitalised words: 1; a lone word: 0; ``min_evidence`` drops weaker
-ones). Long passages are cut to ``window_words`` = 50 whitespace-separated words centred on the mask (about the
-paper's 40-60 tokens; 0 keeps the whole passage). The prompt (``PROMPT``) is this project's wording, modelled
-on the paper's: it says the passage may have been seen in training, that one word - a proper name, not a pronoun
-or any other word - was masked, asks for a guess even when unsure, and gives one invented example with its
-answer between ``<name>`` and ``</name>``. Per example: ``exact_match`` (1/0) of the parsed answer with the
+ones). Long passages are cut to ``window_words`` = 50 whitespace-separated words around the mask (about the
+paper's 40-60 tokens; centred, then opened at the first sentence start before the name; 0 keeps the whole
+passage). The prompt (``PROMPT``) is this project's wording, modelled on the paper's: it says the passage may
+have been seen in training, that one word - a proper name, not a pronoun or any other word - was masked, asks
+for a guess even when unsure, and gives one invented example with its answer between ``<name>`` and
+``</name>``. Per example: ``exact_match`` (1/0) of the parsed answer with the
 name, normalised (case, punctuation, a possessive ``'s``). Records without a maskable name are filtered (no
 request, no score: a ``filtered`` reason).
 
