@@ -38,7 +38,7 @@ Where this departs from the paper, and why:
   compares with a held-out partition of the same benchmark rather than reading the accuracy alone;
 - one passage per record (the paper: 100 sampled passages per book), the name with most evidence, the first on
   ties: deterministic, no seed; SAMSum speaker labels ("Amanda:") are never masked (turn-taking gives them
-  away) but count as occurrences, so only names mentioned in the dialogue are masked: about 40 % of SAMSum
+  away) but count as occurrences, so only names mentioned in the dialogue are masked: 38 % of mirrored SAMSum
   rows have one (most dialogues name only their speakers);
 - one invented example instead of the paper's two taken from novels (a passage of a real text in the prompt
   could itself be a benchmark passage); the prompt goes through the model's chat template when it has one

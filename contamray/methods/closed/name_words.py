@@ -13,8 +13,9 @@ capitalisation and a few word lists:
    contraction (``I'm``), and **not at the start of a sentence** (text start, a newline, or after
    ``. ! ? : ;`` and any opening quotes or brackets), where capitals say nothing;
 3. it is not in a word list of capitalised non-names: function words (TS-Guessing's ``STOP_WORDS``),
-   interjections and chat words (``OK``, ``Lol``, ``Thanks``), days, months, holidays, nationalities and
-   languages (``NOT_NAMES``), titles and kinship words (``TITLES``: ``Mr``, ``Dr``, ``Uncle``);
+   interjections and chat words (``OK``, ``Lol``, ``Thanks``), days, months, holidays, nationalities,
+   languages and frequent country names (``NOT_NAMES``; their plurals and ``-man`` / ``-woman`` forms too),
+   titles and kinship words (``TITLES``: ``Mr``, ``Dr``, ``Uncle``);
 4. it occurs **exactly once in the whole passage**, counted case-insensitively over every word and every
    part of a hyphenated word (so neither ``Will`` beside "will" nor ``Jones`` beside ``Smith-Jones``): once
    masked, the answer is nowhere in plain sight, as in the paper's single-name passages;
@@ -120,6 +121,15 @@ NOT_NAMES = frozenset(
     swedish norwegian danish finnish swiss belgian austrian mexican brazilian argentine israeli palestinian
     syrian iraqi iranian afghan egyptian nigerian kenyan muslim christian jewish catholic protestant hindu
     buddhist islamic arab latin western eastern internet web tv mum mom dad mummy daddy
+    spaniard scot brit briton kiwi aussie jordanian lebanese saudi qatari emirati yemeni libyan tunisian moroccan
+    algerian sudanese ethiopian somali ugandan ghanaian zimbabwean chilean colombian venezuelan peruvian cuban
+    jamaican ukrainian belarusian czech slovak hungarian romanian bulgarian serbian croatian bosnian albanian
+    kosovan georgian armenian kazakh thai vietnamese indonesian malaysian filipino taiwanese bangladeshi lankan
+    nepalese kurdish kurd sikh caribbean latino hispanic nordic scandinavian
+    england scotland wales ireland britain europe africa asia america australia canada china japan india pakistan
+    russia ukraine france germany spain italy portugal greece turkey syria iraq iran afghanistan israel egypt
+    nigeria kenya brazil argentina mexico netherlands belgium switzerland austria sweden norway denmark finland
+    poland korea
     """.split()
 )
 
