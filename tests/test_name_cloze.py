@@ -230,6 +230,14 @@ def test_share_of_mirrored_rows_with_a_maskable_name(mirror_dir, bench: str, at_
 # ----------------------------------------------------------------------------- on a fine-tuned model
 
 FINETUNE = {"benchmark": "xsum", "n": 20, "epochs": 8, "lr": 5e-4, "max_length": 2048, "seed": 0}
+# Measured on 2026-11-24 (2 shared CPU cores; fine-tune ~100 s, probes and continuations ~25 s, 126 s in all)
+MEASURED = (
+    "measured 2026-11-24: name cloze exact match 0 of 20 seen vs 0 of 20 unseen XSum windows (in_reply 0 vs 0; "
+    "through the chat template, and 0 vs 0 with chat: false in a one-off run), clean p = 1, although a plain "
+    "continuation of the window up to the name gives the name for 17 of 20 seen and 0 of 20 unseen: the 135M "
+    "model memorised the names but does not follow the cloze instruction (it recites seen passages or answers "
+    "'The correct answer is:')"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +245,7 @@ class ClozeRun:
     seen: list[dict]
     unseen: list[dict]
     verdict: object
+    continued: dict[str, int]  # side -> passages whose greedy continuation up to the mask gives the name
     seconds: dict[str, float]
 
 
@@ -246,13 +255,15 @@ def cloze_run(mirror_dir, tmp_path_factory) -> ClozeRun:
     windows of 50 words, one training text, ``FINETUNE`` epochs), then probed by ``name_cloze`` on those 20
     (seen) and 20 other articles of the split (unseen, the held-out): the usable articles of the mirror in split
     order, alternately seen and unseen, so the two sides are exchangeable draws and neither is a contiguous
-    block (rows are the test's units)."""
+    block (rows are the test's units). Also, outside the method, a check that the names were planted: the
+    window's text up to the mask, continued greedily for 4 tokens, holds the name or not."""
     import time
 
     from contamray.benchmarks import load_records
     from contamray.engines import resolve_model_path
     from contamray.engines.hf import HFEngine
     from contamray.inject import finetune_causal_lm
+    from contamray.methods.base import Request, Sampling
     from contamray.validate.calibrate import SharedEngines, decide
 
     c = FINETUNE
@@ -266,9 +277,8 @@ def cloze_run(mirror_dir, tmp_path_factory) -> ClozeRun:
             continue
         if len(usable) == 2 * c["n"]:
             break
-    seen = [dataclasses.replace(r, partition=f"{r.partition}:seen") for r, _ in usable[0::2]]
-    unseen = [dataclasses.replace(r, partition=f"{r.partition}:unseen") for r, _ in usable[1::2]]
-    text = "\n\n".join(m.text.replace(MASK, m.name.word, 1) for _, m in usable[0::2])
+    sides = {"seen": usable[0::2], "unseen": usable[1::2]}
+    text = "\n\n".join(m.text.replace(MASK, m.name.word, 1) for _, m in sides["seen"])
     seconds = {}
     start = time.monotonic()
     path = finetune_causal_lm(resolve_model_path("smollm2-135m"), [text], tmp_path_factory.mktemp("cloze") / "model",
@@ -277,22 +287,45 @@ def cloze_run(mirror_dir, tmp_path_factory) -> ClozeRun:
     seconds["finetune"] = time.monotonic() - start
     start = time.monotonic()
     engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=20)})
-    seen_rows = engines.run(method, seen, cfg)
-    unseen_rows = engines.run(method, unseen, cfg)
+    rows = {
+        side: engines.run(method, [dataclasses.replace(r, partition=f"{r.partition}:{side}") for r, _ in pairs], cfg)
+        for side, pairs in sides.items()
+    }
+    verdict = decide(method, cfg, rows["seen"], rows["unseen"])
+    greedy = Sampling(max_tokens=4, temperature=0.0, top_p=1.0, seed=0)
+    continued = {}
+    for side, pairs in sides.items():
+        reqs = [Request(f"{r.id}|continue", (r.id,), "generate", m.text.split(MASK)[0].rstrip(), greedy)
+                for r, m in pairs]  # fmt: skip
+        outs = engines.answer(reqs)
+        continued[side] = sum(m.name.word.lower() in outs[f"{r.id}|continue"].text.lower() for r, m in pairs)
     seconds["probe"] = time.monotonic() - start
-    verdict = decide(method, cfg, seen_rows, unseen_rows)
     print(f"\nname cloze on the fine-tuned model: {verdict.details['summary']}; in_reply "
-          f"{verdict.details['in_reply_rate']} vs {verdict.details['reference_in_reply_rate']}; {seconds}")  # fmt: skip
-    for row in seen_rows + unseen_rows:
+          f"{verdict.details['in_reply_rate']} vs {verdict.details['reference_in_reply_rate']}; continuation gives "
+          f"the name {continued}; {seconds}")  # fmt: skip
+    for row in rows["seen"] + rows["unseen"]:
         print(f"  {row['partition'][-6:]} {row['masked']!r} <- {row['completion']!r}")
-    return ClozeRun(seen_rows, unseen_rows, verdict, seconds)
+    return ClozeRun(rows["seen"], rows["unseen"], verdict, continued, seconds)
 
 
 @pytest.mark.slow
 def test_name_cloze_runs_end_to_end_on_a_fine_tuned_model(cloze_run) -> None:
-    """Every probe is answered and scored, and the unseen articles' names are rarely guessed."""
+    """Every probe is answered and scored; the fine-tune planted the seen names (a plain continuation up to the
+    mask gives them: measured 17 of 20 seen, 0 of 20 unseen); the unseen articles' names are not guessed.
+    The cloze itself does not tell the sides apart on this model (``MEASURED``)."""
     rows = cloze_run.seen + cloze_run.unseen
     assert not [r["error"] for r in rows if r["error"]] and all(r["exact_match"] in (0.0, 1.0) for r in rows)
     v = cloze_run.verdict
     assert v.details["n_scored"] == v.details["n_reference_scored"] == FINETUNE["n"]
-    assert v.details["reference_rate"] <= 0.2, v.details["summary"]
+    assert cloze_run.continued["seen"] >= 10 and cloze_run.continued["unseen"] <= 2, cloze_run.continued
+    assert v.details["reference_rate"] <= 0.2 and v.decision != "error", v.details["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.skip(reason=MEASURED)
+def test_name_cloze_tells_seen_from_unseen_passages_of_a_fine_tuned_model(cloze_run) -> None:
+    """What the method should show on a model that memorised the seen passages: seen names guessed more often
+    than unseen ones, the held-out test calling the seen partition contaminated. It does not on the 135M model
+    (``MEASURED``); a model that follows the instruction is needed (the paper: ChatGPT and GPT-4)."""
+    v = cloze_run.verdict
+    assert v.rate > v.details["reference_rate"] and v.decision == "contaminated", v.details["summary"]
