@@ -46,7 +46,12 @@ Where this departs from the paper, and why:
 - answers are parsed: the text between ``<name>`` and ``</name>`` (or after ``<name>`` when the reply is cut),
   else the reply without an "Answer:" / "The name is" label; its first word that is not an article. Small
   models seldom answer in the format, so ``in_reply`` (the name anywhere in the reply, as a whole word) is
-  reported and tested beside exact match (``details["by_column"]``), never deciding.
+  reported and tested beside exact match (``details["by_column"]``), never deciding. Measured
+  (``tests/test_name_cloze.py``, 2026-11-24): the embedded SmolLM2-135M fine-tuned on 20 XSum windows of 50 words
+  completes the seen windows' text up to the name with the name for 17 of 20 (unseen: 0 of 20), yet scores
+  0 of 20 on the name cloze for seen and unseen alike (``in_reply`` 0 vs 0; with ``chat: false`` too): it
+  recites seen passages or answers "The correct answer is:". The protocol needs a model that follows the
+  instruction (the paper: ChatGPT, GPT-4); on one that does not, ``clean`` is a false negative.
 
 Partition decision (``reduce``, shared with TS-Guessing and the membership scores: ``heldout_test.HeldoutTest``):
 an accuracy means little alone - how guessable a masked name is depends on the benchmark (a famous footballer in
