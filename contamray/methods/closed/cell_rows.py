@@ -58,3 +58,9 @@ def truthy(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes")
     return bool(value)
+
+
+def column_mean(rows: list[dict[str, Any]], column: str) -> tuple[float | None, int]:
+    """Mean of ``column`` over the rows that have a finite value (None when none), and their number."""
+    values = [v for v in (finite(r.get(column)) for r in rows) if v is not None]
+    return (sum(values) / len(values) if values else None, len(values))

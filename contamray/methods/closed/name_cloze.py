@@ -76,10 +76,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import column_mean, finite, output_map, rows_of, truthy
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.name_words import Cloze, cloze
 from contamray.methods.closed.ts_guessing import exact_match, in_reply
@@ -181,12 +179,6 @@ def _key(record_id: str) -> str:
     return f"{record_id}|name_cloze"
 
 
-def _rate(rows: list[dict[str, Any]], column: str) -> tuple[float | None, int]:
-    """Mean of ``column`` over rows that have it (None when none), and their number."""
-    values = [v for v in (finite(r.get(column)) for r in rows) if v is not None]
-    return (float(np.mean(values)) if values else None, len(values))
-
-
 # ----------------------------------------------------------------------------- the method
 
 
@@ -271,14 +263,14 @@ class NameCloze(HeldoutTest):
         verdict = super().reduce(rows, cfg)
         own = [r for r in rows if not truthy(r.get("is_reference"))]
         ref = [r for r in rows if truthy(r.get("is_reference"))]
-        rate, n = _rate(own, "exact_match")
-        ref_rate, n_ref = _rate(ref, "exact_match")
+        rate, n = column_mean(own, "exact_match")
+        ref_rate, n_ref = column_mean(ref, "exact_match")
         masked = [finite(r.get("evidence")) for r in own if not r.get("filtered")]
         masked = [e for e in masked if e is not None]
         verdict.rate = rate
         verdict.details.update(
             rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref,
-            in_reply_rate=_rate(own, "in_reply")[0], reference_in_reply_rate=_rate(ref, "in_reply")[0],
+            in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
             n_filtered=sum(bool(r.get("filtered")) for r in own),
             person_evidence_share=(sum(e >= 2 for e in masked) / len(masked)) if masked else None,
         )  # fmt: skip

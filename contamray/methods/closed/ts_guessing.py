@@ -77,7 +77,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import column_mean, output_map, rows_of, truthy
 from contamray.methods.closed.clean_dirty_eval import gold_index
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.ts_words import CHOOSE, mask_word
@@ -349,27 +349,21 @@ class _TSGuessing(HeldoutTest):
         verdict = super().reduce(rows, cfg)
         own = [r for r in rows if not truthy(r.get("is_reference"))]
         ref = [r for r in rows if truthy(r.get("is_reference"))]
-        rate, n = _rate(own, "exact_match")
-        ref_rate, n_ref = _rate(ref, "exact_match")
+        rate, n = column_mean(own, "exact_match")
+        ref_rate, n_ref = column_mean(ref, "exact_match")
         verdict.rate = rate
         verdict.details.update(
             rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref,
-            in_reply_rate=_rate(own, "in_reply")[0], reference_in_reply_rate=_rate(ref, "in_reply")[0],
+            in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
             n_filtered=sum(bool(r.get("filtered")) for r in own),
         )  # fmt: skip
         if "rouge_l" in self.extra_columns:
-            verdict.details["mean_rouge_l"] = _rate(own, "rouge_l")[0]
-            verdict.details["reference_mean_rouge_l"] = _rate(ref, "rouge_l")[0]
+            verdict.details["mean_rouge_l"] = column_mean(own, "rouge_l")[0]
+            verdict.details["reference_mean_rouge_l"] = column_mean(ref, "rouge_l")[0]
         shown = "n/a" if rate is None else f"{rate:.0%}"
         versus = f" vs {ref_rate:.0%} of {n_ref} held-out" if ref_rate is not None else ""
         verdict.details["summary"] = f"exact match {shown} of {n}{versus}; " + verdict.details.get("summary", "")
         return verdict
-
-
-def _rate(rows: list[dict[str, Any]], column: str) -> tuple[float | None, int]:
-    """Mean of ``column`` over rows that have it (None when none), and their number."""
-    values = [v for v in (finite(r.get(column)) for r in rows) if v is not None]
-    return (float(np.mean(values)) if values else None, len(values))
 
 
 @register
