@@ -504,13 +504,6 @@ class DCQ(HeldoutTest):
                                    stage=stage, chat=cfg.chat))  # fmt: skip
         return out
 
-    def score(
-        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: DCQConfig, **_: Any
-    ) -> list[dict[str, Any]]:
-        """One row per record (module docstring: per example)."""
-        got = output_map(outputs)
-        return [self._score_one(record, got, cfg) for record in records]
-
     def _score_one(self, record: Record, got: dict[str, Output], cfg: DCQConfig) -> dict[str, Any]:
         row: dict[str, Any] = {
             **unit_columns(record), "instance": "", **{f"perturbation_{i + 1}": "" for i in range(len(POSITIONS))},

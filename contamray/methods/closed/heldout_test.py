@@ -76,12 +76,12 @@ counted (that AUC would measure benchmark shift again).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from contamray.methods.base import Applies, BenchmarkFacts, Method, Verdict
-from contamray.methods.closed.cell_rows import finite, missing, rows_of, truthy
+from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict
+from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
 from contamray.records import Record
 from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
 from contamray.stats.tests import describe, mann_whitney_greater, roc_auc, tpr_at_fpr
@@ -218,6 +218,17 @@ class HeldoutTest(Method):
                 f"set reference: {{{bench.name}: <key of a held-out {bench.adapter} partition known unseen>}}"
             )
         return warnings
+
+    # score ---------------------------------------------------------------------
+    def score(
+        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Any, **_: Any
+    ) -> list[dict[str, Any]]:
+        """One row per record: ``_score_one`` of each (a method whose rows need more overrides this)."""
+        got = output_map(outputs)
+        return [self._score_one(record, got, cfg) for record in records]
+
+    def _score_one(self, record: Record, got: dict[str, Output], cfg: Any) -> dict[str, Any]:
+        raise NotImplementedError
 
     # reduce --------------------------------------------------------------------
     def score_columns(self, cfg: Any) -> list[str]:

@@ -72,12 +72,11 @@ Per example: ``exact_match`` (1/0; the score the report plots and the membership
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import column_mean, finite, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import column_mean, finite, rows_of, truthy
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.name_words import Cloze, cloze
 from contamray.methods.closed.ts_guessing import exact_match, in_reply
@@ -218,13 +217,6 @@ class NameCloze(HeldoutTest):
             prompt = PROMPT.format(passage=masked.text)
             out.append(Request(_key(record.id), (record.id,), "generate", prompt, sampling, chat=cfg.chat))
         return out
-
-    def score(
-        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: NameClozeConfig, **_: Any
-    ) -> list[dict[str, Any]]:
-        """One row per record (module docstring: per example)."""
-        got = output_map(outputs)
-        return [self._score_one(record, got, cfg) for record in records]
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: NameClozeConfig) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "masked": "", "evidence": None, "masked_passage": "",

@@ -70,14 +70,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import column_mean, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import column_mean, rows_of, truthy
 from contamray.methods.closed.clean_dirty_eval import gold_index
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.ts_words import CHOOSE, mask_word
@@ -308,13 +308,6 @@ class _TSGuessing(HeldoutTest):
                 continue  # filtered, or an error row from score()
             out.append(Request(_key(record.id), (record.id,), "generate", probe.prompt, sampling, chat=cfg.chat))
         return out
-
-    def score(
-        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Any, **_: Any
-    ) -> list[dict[str, Any]]:
-        """One row per record (module docstring: per example)."""
-        got = output_map(outputs)
-        return [self._score_one(record, got, cfg) for record in records]
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: Any) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "masked": "", "completion": "", "answer": "",
