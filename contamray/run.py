@@ -22,10 +22,12 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from contamray import output_root
 from contamray.experiments import CONF_DIR, with_experiment
 
 log = logging.getLogger("contamray")
 _RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
+output_root.register_resolver()  # hydra.run.dir under run.output_root (contamray/output_root.py)
 
 
 def init_ray(ray_cfg: dict[str, Any]) -> None:
@@ -58,6 +60,9 @@ def run(cfg: DictConfig) -> Path:
              len(plan.skipped),
              ", ".join(f"{p.name}({p.backend}, gpus={p.num_gpus}, x{p.concurrency})" for p in plan.engine_pools()))
     init_ray(plan.ray)
+    output_root.check_job_output(cfg.run, output_dir)
+    remote = output_root.destination(cfg.run.get("output_root"), output_dir)
+    log.info(output_root.describe(output_dir, remote))
     if cfg.run.get("dry_run", False):
         from contamray.pipeline.placement import reserve_engine_pools
 
@@ -71,9 +76,8 @@ def run(cfg: DictConfig) -> Path:
             print(f"engine pool {p.pool}: backend={p.backend} num_gpus={p.num_gpus} x{p.concurrency} "
                   f"on nodes {p.nodes}")
         return output_dir
-    result = execute(
-        plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cfg.run.get("cells_uri") or None
-    )
+    cells_uri = cfg.run.get("cells_uri") or (f"{remote}/cells" if remote else None)
+    result = execute(plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cells_uri)
     report = write_report(output_dir, result.partitions, config_yaml, f"contamray run: {cfg.run.name}")
     report_cfg = cfg.get("report") or {}
     write_html_report(
@@ -84,7 +88,9 @@ def run(cfg: DictConfig) -> Path:
         from contamray.validate.table import write_truth_table
 
         print(write_truth_table(output_dir).read_text())
-    print(f"results: {output_dir}")
+    if remote:
+        output_root.upload(output_dir, remote)
+    print(output_root.describe(output_dir, remote))
     return output_dir
 
 

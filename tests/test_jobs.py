@@ -234,3 +234,46 @@ def test_zoo_runs_the_real_pipeline_per_model_and_pulls_the_report(ray_head, tmp
     pulled = tmp_path / "pulled" / "zoo"
     html = (pulled / "report.html").read_text()
     assert 'data-model="tiny"' in html and f'data-partition="{ARC}"' in html
+
+
+# ---------------------------------------------------------------------------------------------
+# a bare `ray job submit` (the design card's command): where the results land (issue 17, item 6)
+
+
+def submit_bare(ray_head: dict, tmp_path: Path, mirror_dir: Path, *overrides: str) -> str:
+    """``ray job submit --working-dir <checkout> -- python -m contamray.run +exp=smoke ...`` (cut to the
+    13-gram scan of 4 rows: no model), HOME pointed into ``tmp_path``; returns the job's log."""
+    env_vars = {"HOME": str(tmp_path / "home"), "CONTAMRAY_MIRROR_DIR": str(mirror_dir)}
+    cmd = ["ray", "job", "submit", "--address", ray_head["address"], "--working-dir", str(REPO),
+           "--runtime-env-json", json.dumps({"env_vars": env_vars}), "--",
+           "python", "-m", "contamray.run", "+exp=smoke", "method=[ngram13]", "run.limit=4", *overrides]  # fmt: skip
+    env = dict(os.environ)
+    env.pop("CONTAMRAY_OUTPUT_ROOT", None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout + proc.stderr
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("smoke/*/partitions.parquet"))
+
+
+@pytest.mark.slow
+def test_a_bare_ray_job_writes_outside_rays_working_dir_and_says_where(ray_head, tmp_path, mirror_dir) -> None:
+    log = submit_bare(ray_head, tmp_path, mirror_dir)
+    runs = _run_dirs(tmp_path / "home" / "contamray" / "outputs")
+    assert len(runs) == 1, log[-3000:]  # ~/contamray/outputs/smoke/<time>/ on the driver's node, not _ray_pkg_*
+    assert f"results: {runs[0]} (on " in log
+    assert "_ray_pkg_" not in str(runs[0]) and "runtime_resources" not in log.split("results: ")[-1].splitlines()[0]
+    partitions = pd.read_parquet(runs[0] / "partitions.parquet")
+    assert set(partitions["method"]) == {"ngram13"} and (partitions["error"] == "").all()
+
+    bucket = tmp_path / "bucket"  # an fsspec URI: cells stream there, the tables follow at the end
+    log = submit_bare(ray_head, tmp_path, mirror_dir, f"run.output_root=file://{bucket}")
+    runs = _run_dirs(bucket)
+    assert len(runs) == 1, log[-3000:]
+    assert f"results: file://{runs[0]}" in log
+    assert (runs[0] / "report.md").is_file() and any((runs[0] / "cells").glob("*/verdict.json"))
+    again = pd.read_parquet(runs[0] / "partitions.parquet")
+    keys = ["model", "partition", "method", "decision", "rate"]
+    assert again[keys].sort_values(keys).values.tolist() == partitions[keys].sort_values(keys).values.tolist()

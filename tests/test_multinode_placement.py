@@ -47,3 +47,18 @@ def test_engine_actors_on_gpu_nodes_scoring_actors_on_cpu_nodes(cluster, tmp_pat
     # replica: the model was loaded once, not once per stage
     assert len(engine) == 1, [(a.class_name, a.state) for a in engine]
     assert gpu_node not in {a.node_id for a in scoring}
+
+
+def test_a_ray_job_on_several_nodes_refuses_to_write_to_the_drivers_node_only(cluster, tmp_path, monkeypatch):
+    """Issue 17 item 6: as the driver of a Ray Job (the job supervisor's environment variable) with no
+    ``run.output_root``, a run on this two-node cluster stops before any work, naming the key to set; with
+    a root set, it goes on; outside a Ray Job nothing is checked."""
+    from contamray.output_root import RAY_JOB_ENV, check_job_output
+    from contamray.pipeline.plan import ConfigError
+
+    out = tmp_path / "run"
+    check_job_output({"output_root": None}, out)  # not a Ray Job: the user sees the directory
+    monkeypatch.setenv(RAY_JOB_ENV, '{"metadata": {"job_submission_id": "raysubmit_x"}}')
+    with pytest.raises(ConfigError, match=r"raysubmit_x.*one of 2 nodes: set run\.output_root"):
+        check_job_output({"output_root": None}, out)
+    check_job_output({"output_root": "s3://bucket/contamray"}, out)

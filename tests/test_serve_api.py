@@ -244,7 +244,7 @@ def test_limits_and_allow_lists(server) -> None:
     assert r.status_code == 403 and r.json()["error"] == "model_not_allowed" and MODEL in r.text
     r = check({"model": "/etc/passwd", "methods": ["perplexity"], "items": one})
     assert r.status_code == 403
-    r = check({"model": MODEL, "methods": ["perplexity"], "items": one, "reference": {"benchmark": "xsum"}})
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": one, "reference": {"benchmark": "samsum"}})
     assert r.status_code == 403 and r.json()["error"] == "benchmark_not_allowed"
     r = check({"model": MODEL, "methods": ["perplexity"], "items": one,
                "reference": {"benchmark": "synthetic_facts", "split": "../../etc"}})
@@ -313,6 +313,34 @@ def test_check_scores_equal_the_batch_pipeline(server, batch) -> None:
         assert verdict["p_value"] == pytest.approx(row["p_value"], rel=1e-6)
         assert (verdict["decision"], verdict["n_examples"]) == (row["decision"], row["n_examples"])
         assert "distribution comparison" in verdict["details"]["summary"]
+
+
+@pytest.mark.slow
+def test_black_box_methods_answer_per_item_over_http(server, mirror_dir: Path) -> None:
+    """TS-Guessing (both variants), DCQ and CDD on two ARC items, name cloze on two XSum passages: every
+    item gets its row (a probe answered, or the method's reason to leave it out), none fails."""
+    from contamray.benchmarks import load_records
+
+    def check(benchmark: str, methods: list[str], items: list[dict]) -> list[dict]:
+        body = {"model": MODEL, "methods": methods, "benchmark": benchmark, "items": items}
+        r = requests.post(f"{server['url']}/v1/check", json=body, headers=auth(), timeout=900)
+        assert r.status_code == 200, r.text
+        return r.json()["methods"]
+
+    arc = load_records("arc_challenge", n=2, mirror_dir=mirror_dir).records
+    items = [{"id": r.id, "text": r.input, "choices": list(r.choices), "answer": r.answer} for r in arc]
+    entries = check("arc_challenge", ["ts_guessing", "ts_guessing_mc", "dcq", "cdd"], items)
+    xsum = load_records("xsum", n=2, mirror_dir=mirror_dir).records
+    entries += check("xsum", ["name_cloze"], [{"id": r.id, "text": r.input} for r in xsum])
+    assert [e["method"] for e in entries] == ["ts_guessing", "ts_guessing_mc", "dcq", "cdd", "name_cloze"]
+    for entry in entries:
+        rows = entry["items"]
+        assert len(rows) == 2 and all(row["error"] == "" for row in rows), (entry["method"], rows)
+        probed = [row for row in rows if not row.get("filtered")]
+        assert probed, (entry["method"], rows)  # at least one item asked, not only left out
+        column = {"cdd": "peakedness", "dcq": "score"}.get(entry["method"], "exact_match")
+        assert all(0.0 <= row[column] <= 1.0 for row in probed), (entry["method"], rows)
+        assert entry["verdict"]["decision"] == "inconclusive"  # no reference partition named
 
 
 @pytest.mark.slow

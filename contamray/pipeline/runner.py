@@ -97,7 +97,7 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
         opened = [c for c in to_score if c.family == "open"]
         with EnginePools(plan.ray, plan.serve) as engines:  # each model loads once for the whole run
             if opened:  # first: closed cells may depend on open ones, never the other way round
-                _score_open(plan, opened, records, failures, store, Path(output_dir), engines)
+                _score_open(plan, opened, records, failures, store, Path(output_dir), engines, injections)
             if closed:
                 _score_closed(plan, closed, records, failures, store, injections, engines)
     _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
@@ -213,6 +213,7 @@ def _score_open(
     store: ResultStore,
     output_dir: Path,
     engines: EnginePools,
+    injections: Injections,
 ) -> None:
     from contamray.corpus import read_corpus
     from contamray.corpus.planted import prepare_corpus
@@ -249,7 +250,7 @@ def _score_open(
     _report_corpus_errors(scanned.errors, output_dir)
     for cell in cells:
         costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], scanned.seconds.get(cell.key, 0.0))
-    judged = _judge_open_cells(plan, cells, records, matches, costs, engines)
+    judged = _judge_open_cells(plan, cells, records, matches, costs, engines, injections)
     payloads = []
     for cell in cells:
         by_record: dict[str, list[dict]] = defaultdict(list)
@@ -292,8 +293,11 @@ def _judge_open_cells(
     matches: dict[str, list[dict]],
     costs: EngineCosts,
     engines: EnginePools,
+    injections: Injections,
 ) -> dict[str, list[Output]]:
-    """Open-data methods with an LLM judge: their prompts about retrieved candidates, answered."""
+    """Open-data methods with an LLM judge: their prompts about retrieved candidates, answered. With no
+    ``judge`` configured the run's first model judges, as its closed-data stages host it (an injected
+    model's fine-tuned checkpoint): one deployment of it serves both."""
     items: dict[str, list[tuple[str, Request]]] = defaultdict(list)
     request_records: dict[str, dict[str, tuple[str, ...]]] = defaultdict(dict)
     pools: dict[str, ModelPlan] = {}
@@ -301,10 +305,12 @@ def _judge_open_cells(
         mp = plan.methods[cell.method]
         if "judge" not in mp.roles():
             continue
+        judge = plan.pool_for_role("judge", "")
+        if judge.name in plan.models:  # the target itself judges
+            judge = injections.engine_pool(judge.name)
         for req in mp.method.judge_requests(records[cell.benchmark], matches[cell.key], mp.config()):
-            pool = plan.pool_for_role("judge", "")
-            pools[pool.name] = pool
-            items[pool.name].append((cell.key, req))
+            pools[judge.name] = judge
+            items[judge.name].append((cell.key, req))
             request_records[cell.key][req.key] = req.record_ids
     judged: dict[str, list[Output]] = {c.key: [] for c in cells if "judge" in plan.methods[c.method].roles()}
     for pool_name, pool_items in items.items():

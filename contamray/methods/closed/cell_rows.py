@@ -1,4 +1,4 @@
-"""Reading what a closed-data method is handed: engine outputs and a cell's example rows.
+"""Reading what a closed-data method is handed (engine outputs, a cell's example rows), and writing a row.
 
 ``score`` receives outputs as a mapping or a list (rows of Ray Data batches arrive as plain dicts);
 ``reduce`` receives a pandas DataFrame, a pyarrow Table or a list of dicts, whose cells may be None,
@@ -8,10 +8,12 @@ NaN or pandas' NA where a column was absent for a row. These helpers give every 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from contamray.methods.base import Output
+
+T = TypeVar("T")
 
 
 def output_map(outputs: Mapping[str, Any] | Iterable[Output]) -> dict[str, Output]:
@@ -64,3 +66,19 @@ def column_mean(rows: list[dict[str, Any]], column: str) -> tuple[float | None, 
     """Mean of ``column`` over the rows that have a finite value (None when none), and their number."""
     values = [v for v in (finite(r.get(column)) for r in rows) if v is not None]
     return (sum(values) / len(values) if values else None, len(values))
+
+
+class Filtered(ValueError):
+    """The method's protocol leaves this record out: no request, no score, not a failure (the same rule
+    drops the same kind of record on both sides of the held-out test)."""
+
+
+def built(row: dict[str, Any], build: Callable[[], T]) -> T | None:
+    """``build()``, or None with ``row["filtered"]`` (``Filtered``) or ``row["error"]`` (``ValueError``) set."""
+    try:
+        return build()
+    except Filtered as why:
+        row["filtered"] = str(why)
+    except ValueError as err:
+        row["error"] = str(err)
+    return None

@@ -98,7 +98,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
+from contamray.methods.closed import cell_rows
+from contamray.methods.closed.cell_rows import built, finite, missing, output_map, rows_of, truthy
 from contamray.methods.closed.dcq_synonyms import SYNONYMS
 from contamray.methods.closed.guided_prompting import DATASET_NAMES
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
@@ -156,7 +157,7 @@ _SWAPPABLE = re.compile(r"(?<![\w'\-])[A-Za-z]+(?![\w'\-])")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:]\s+|\n\s*)[\"'(\[]?$")
 
 
-class Filtered(ValueError):
+class Filtered(cell_rows.Filtered):
     """The offline synonym table cannot give this text four distinct perturbations (no score, no request, not a
     failure: the same rule drops the same kind of text on both sides of the held-out test)."""
 
@@ -510,13 +511,8 @@ class DCQ(HeldoutTest):
             "perturbed_by": "", "bdq_reply": None, "bdq_answer": None, **{_bcq(p): None for p in POSITIONS}, "n_bcq": 0,
             "n_original": 0, "score": None, "filtered": "", "error": "",
         }  # fmt: skip
-        try:
-            quiz = self._quiz(record, cfg, got)
-        except Filtered as why:
-            row["filtered"] = str(why)
-            return row
-        except ValueError as err:
-            row["error"] = str(err)
+        quiz = built(row, lambda: self._quiz(record, cfg, got))
+        if quiz is None:
             return row
         row.update(instance=quiz.instance.original, perturbed_by=quiz.perturbed_by,
                    **{f"perturbation_{i + 1}": o for i, o in enumerate(quiz.perturbations)})  # fmt: skip

@@ -75,9 +75,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import column_mean, finite, rows_of, truthy
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.methods.base import Applies, Output, Outputs, Verdict, register
+from contamray.methods.closed import cell_rows
+from contamray.methods.closed.cell_rows import built, column_mean, finite, rows_of, truthy
+from contamray.methods.closed.greedy_probe import GreedyProbe
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, unit_columns
 from contamray.methods.closed.name_words import Cloze, cloze
 from contamray.methods.closed.ts_guessing import exact_match, in_reply
 from contamray.records import Record
@@ -141,7 +143,7 @@ class NameClozeConfig(HeldoutConfig):
             raise ValueError(f"{where}.min_len must be >= 1, got {self.min_len}")
 
 
-class Filtered(ValueError):
+class Filtered(cell_rows.Filtered):
     """The record has no maskable name (not a failure: no score, no request)."""
 
 
@@ -174,15 +176,11 @@ def probe(record: Record, cfg: NameClozeConfig) -> Cloze:
         raise Filtered(str(err)) from None
 
 
-def _key(record_id: str) -> str:
-    return f"{record_id}|name_cloze"
-
-
 # ----------------------------------------------------------------------------- the method
 
 
 @register
-class NameCloze(HeldoutTest):
+class NameCloze(GreedyProbe):
     """Name cloze: mask a proper name that occurs once in a passage, ask for it (Chang et al. 2023)."""
 
     name = "name_cloze"
@@ -194,47 +192,22 @@ class NameCloze(HeldoutTest):
     )
     applies: ClassVar[Applies] = Applies(tasks=PASSAGE_TASKS, min_rows=MIN_ROWS)
 
-    def _probe(self, record: Record, cfg: NameClozeConfig) -> Cloze:
-        try:
-            return probe(record, cfg)
-        except Filtered:
-            raise
-        except ValueError as err:
-            raise ValueError(f"{self.name}: record {record.id!r} of {record.partition!r}: {err}") from None
+    def probe(self, record: Record, cfg: NameClozeConfig) -> Cloze:
+        return probe(record, cfg)
 
-    def requests(
-        self, records: list[Record], cfg: NameClozeConfig, stage: int, outputs: dict[str, Output]
-    ) -> list[Request]:
-        if stage > 0:
-            return []
-        sampling = Sampling(max_tokens=cfg.max_tokens, temperature=0.0, top_p=1.0, seed=cfg.seed)
-        out = []
-        for record in records:
-            try:
-                masked = self._probe(record, cfg)
-            except ValueError:
-                continue  # filtered, or an error row from score()
-            prompt = PROMPT.format(passage=masked.text)
-            out.append(Request(_key(record.id), (record.id,), "generate", prompt, sampling, chat=cfg.chat))
-        return out
+    def prompt(self, probe: Cloze, cfg: NameClozeConfig) -> str:
+        return PROMPT.format(passage=probe.text)
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: NameClozeConfig) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "masked": "", "evidence": None, "masked_passage": "",
                                "completion": "", "answer": "", "exact_match": None, "in_reply": None,
                                "filtered": "", "error": ""}  # fmt: skip
-        try:
-            masked = self._probe(record, cfg)
-        except Filtered as why:
-            row["filtered"] = str(why)
-            return row
-        except ValueError as err:
-            row["error"] = str(err)
+        masked = built(row, lambda: self._probe(record, cfg))
+        if masked is None:
             return row
         row.update(masked=masked.name.word, evidence=masked.name.evidence, masked_passage=masked.text)
-        output = got.get(_key(record.id))
-        if output is None or output.error:
-            what = output.error if output is not None else "no output"
-            row["error"] = f"request {_key(record.id)!r} failed: {what}"
+        output = self.reply(record, got, row)
+        if output is None:
             return row
         answer = parse_name(output.text)
         row.update(

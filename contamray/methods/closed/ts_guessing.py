@@ -76,10 +76,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import column_mean, rows_of, truthy
+from contamray.methods.base import Applies, Output, Outputs, Verdict, register
+from contamray.methods.closed import cell_rows
+from contamray.methods.closed.cell_rows import built, column_mean, rows_of, truthy
 from contamray.methods.closed.clean_dirty_eval import gold_index
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.methods.closed.greedy_probe import GreedyProbe
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, unit_columns
 from contamray.methods.closed.ts_words import CHOOSE, mask_word
 from contamray.metrics.rouge import rouge_l_f1
 from contamray.records import Record
@@ -101,7 +103,7 @@ _ANSWER_LABEL = re.compile(r"^\s*(?:the\s+)?(?:answer|word|option)\s*(?:is)?\s*[
 _TOKEN = re.compile(r"[^\W_]+(?:['\-][^\W_]+)*")
 
 
-class Filtered(ValueError):
+class Filtered(cell_rows.Filtered):
     """The paper's protocol leaves this item out (not a failure: no score, no request)."""
 
 
@@ -269,63 +271,32 @@ def mc_probe(record: Record, cfg: TSGuessingMCConfig) -> Probe:
 # ----------------------------------------------------------------------------- the methods
 
 
-def _key(record_id: str) -> str:
-    return f"{record_id}|ts_guessing"
-
-
-class _TSGuessing(HeldoutTest):
-    """Shared requests / score / reduce; subclasses build the probe and parse the reply."""
+class _TSGuessing(GreedyProbe):
+    """Shared probe / score / reduce; subclasses build the probe and parse the reply."""
 
     family = "closed"
     engine_roles = ("target",)
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+    key_suffix = "ts_guessing"
     extra_columns: ClassVar[tuple[str, ...]] = ()
 
-    def probe(self, record: Record, cfg: Any) -> Probe:
-        raise NotImplementedError
+    def prompt(self, probe: Probe, cfg: Any) -> str:
+        return probe.prompt
 
     def judge(self, reply: str, probe: Probe, cfg: Any) -> dict[str, Any]:
         """``answer``, ``exact_match`` and the variant's columns from the model's reply."""
         raise NotImplementedError
 
-    def _probe(self, record: Record, cfg: Any) -> Probe:
-        try:
-            return self.probe(record, cfg)
-        except Filtered:
-            raise
-        except ValueError as err:
-            raise ValueError(f"{self.name}: record {record.id!r} of {record.partition!r}: {err}") from None
-
-    def requests(self, records: list[Record], cfg: Any, stage: int, outputs: dict[str, Output]) -> list[Request]:
-        if stage > 0:
-            return []
-        sampling = Sampling(max_tokens=cfg.max_tokens, temperature=0.0, top_p=1.0, seed=cfg.seed)
-        out = []
-        for record in records:
-            try:
-                probe = self._probe(record, cfg)
-            except ValueError:
-                continue  # filtered, or an error row from score()
-            out.append(Request(_key(record.id), (record.id,), "generate", probe.prompt, sampling, chat=cfg.chat))
-        return out
-
     def _score_one(self, record: Record, got: dict[str, Output], cfg: Any) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "masked": "", "completion": "", "answer": "",
                                "exact_match": None, "in_reply": None, **dict.fromkeys(self.extra_columns),
                                "filtered": "", "error": ""}  # fmt: skip
-        try:
-            probe = self._probe(record, cfg)
-        except Filtered as why:
-            row["filtered"] = str(why)
-            return row
-        except ValueError as err:
-            row["error"] = str(err)
+        probe = built(row, lambda: self._probe(record, cfg))
+        if probe is None:
             return row
         row.update(masked=probe.target, **probe.columns)
-        output = got.get(_key(record.id))
-        if output is None or output.error:
-            what = output.error if output is not None else "no output"
-            row["error"] = f"request {_key(record.id)!r} failed: {what}"
+        output = self.reply(record, got, row)
+        if output is None:
             return row
         row["completion"] = output.text
         row.update(self.judge(output.text, probe, cfg))
