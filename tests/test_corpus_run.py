@@ -26,6 +26,7 @@ from hydra import compose, initialize_config_dir
 from contamray.experiments import CONF_DIR
 from contamray.pipeline.plan import build_plan
 from contamray.pipeline.runner import load_benchmarks
+from contamray.pipeline.store import read_partitions
 
 REPO = Path(__file__).resolve().parents[1]
 FILLER = (
@@ -101,7 +102,7 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     assert found == {r[0].id, r[1].id, r[2].id}
     assert len(examples) == 12 and not examples["error"].fillna("").astype(bool).any()
     # its cost: the index build and the matching, timed in the match workers, shared by its examples
-    (verdict,) = pd.read_parquet(out / "partitions.parquet").to_dict("records")
+    (verdict,) = read_partitions(out).to_dict("records")
     assert verdict["engine_tokens"] == 0 and verdict["seconds"] > 0
     assert examples["engine_seconds"].gt(0).all()
     assert examples["engine_seconds"].sum() == pytest.approx(verdict["seconds"])

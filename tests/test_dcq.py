@@ -291,6 +291,9 @@ def test_config_catalog_cli_and_plan(capsys) -> None:
 # ----------------------------------------------------------------------------- on a fine-tuned model
 
 
+SIDE = 12  # questions a side: the held-out test's 10 rows and a few to filter
+
+
 @pytest.fixture(scope="module")
 def tuned(contaminated_model):
     from contamray.engines.hf import HFEngine
@@ -301,18 +304,18 @@ def tuned(contaminated_model):
 
 @pytest.fixture(scope="module")
 def quizzed(contaminated_model, tuned):
-    """DCQ's rows on the first 20 seen and 20 unseen questions (offline synonym perturbations, 5 quizzes each)."""
+    """DCQ's rows on the first 12 seen and 12 unseen questions (offline synonym perturbations, 5 quizzes each)."""
     method = get_method("dcq")
     cfg = method.make_config({"reference": {"arc_challenge": "unseen"}})
-    return method, cfg, tuned.run(method, contaminated_model.seen[:20], cfg), tuned.run(
-        method, contaminated_model.unseen[:20], cfg
+    return method, cfg, tuned.run(method, contaminated_model.seen[:SIDE], cfg), tuned.run(
+        method, contaminated_model.unseen[:SIDE], cfg
     )
 
 
 @pytest.mark.slow
 def test_on_the_fine_tuned_model_every_row_is_scored_or_says_why(quizzed):
     """The embedded SmolLM2-135M fine-tuned on 40 ARC-Challenge questions (``contaminated_model``: the question
-    stems, 12 epochs) takes DCQ on the first 20 seen and 20 unseen questions (offline synonym perturbations, the
+    stems, 12 epochs) takes DCQ on the first 12 seen and 12 unseen questions (offline synonym perturbations, the
     5 quizzes of ``positions: all``, the quiz through the chat template, greedy): the pipeline runs, every row is
     scored, filtered (too few table words) or failed with a reason, the verdict is three-valued and carries the
     paper's range for both sides.
@@ -337,7 +340,7 @@ def test_on_the_fine_tuned_model_every_row_is_scored_or_says_why(quizzed):
         if row["score"] is not None:
             assert row["n_bcq"] == 4 and row["bdq_answer"] in ("", *"ABCDE") and 0.0 <= row["score"] <= 1.0
     assert not [r["error"] for r in seen + unseen if r["error"]]
-    assert sum(r["score"] is not None for r in seen) >= 12 and sum(r["score"] is not None for r in unseen) >= 12
+    assert sum(r["score"] is not None for r in seen) >= 10 and sum(r["score"] is not None for r in unseen) >= 10
     v = decide(method, cfg, seen, unseen)
     assert v.decision in DECISIONS and (v.decision != "inconclusive" or v.reason)
     for side in ("dcq", "reference_dcq"):

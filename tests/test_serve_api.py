@@ -121,7 +121,7 @@ def test_job_overrides_only_from_the_allow_lists(mirror_dir: Path) -> None:
         return str(err.value.detail)
 
     assert "llama2_7b" in refused(403, models=("llama2_7b",))
-    assert "xsum" in refused(403, benchmarks=("xsum",))
+    assert "samsum" in refused(403, benchmarks=("samsum",))
     assert "min_k" in refused(422, methods=("nope",))
     assert "canary" in refused(403, experiment="canary")
     for bad in ("models.smollm2_135m_fp32.trust_remote_code=true", "models.smollm2_135m_fp32.source=/etc",
@@ -317,8 +317,9 @@ def test_check_scores_equal_the_batch_pipeline(server, batch) -> None:
 
 @pytest.mark.slow
 def test_black_box_methods_answer_per_item_over_http(server, mirror_dir: Path) -> None:
-    """TS-Guessing (both variants), DCQ and CDD on two ARC items, name cloze on two XSum passages: every
-    item gets its row (a probe answered, or the method's reason to leave it out), none fails."""
+    """TS-Guessing (both variants), DCQ and CDD on an ARC item, name cloze on an XSum passage: each item gets
+    its row, scored (the probe answered) or with the method's reason to leave it out; none fails. (One item
+    each: CDD's 50 samples of 100 tokens on a CPU replica are most of the test's time.)"""
     from contamray.benchmarks import load_records
 
     def check(benchmark: str, methods: list[str], items: list[dict]) -> list[dict]:
@@ -327,20 +328,21 @@ def test_black_box_methods_answer_per_item_over_http(server, mirror_dir: Path) -
         assert r.status_code == 200, r.text
         return r.json()["methods"]
 
-    arc = load_records("arc_challenge", n=2, mirror_dir=mirror_dir).records
-    items = [{"id": r.id, "text": r.input, "choices": list(r.choices), "answer": r.answer} for r in arc]
-    entries = check("arc_challenge", ["ts_guessing", "ts_guessing_mc", "dcq", "cdd"], items)
-    xsum = load_records("xsum", n=2, mirror_dir=mirror_dir).records
-    entries += check("xsum", ["name_cloze"], [{"id": r.id, "text": r.input} for r in xsum])
+    (arc,) = load_records("arc_challenge", n=1, mirror_dir=mirror_dir).records
+    item = {"id": arc.id, "text": arc.input, "choices": list(arc.choices), "label": arc.label}  # label: the answer
+    entries = check("arc_challenge", ["ts_guessing", "ts_guessing_mc", "dcq", "cdd"], [item])
+    (xsum,) = load_records("xsum", n=1, mirror_dir=mirror_dir).records
+    entries += check("xsum", ["name_cloze"], [{"id": xsum.id, "text": xsum.input}])
     assert [e["method"] for e in entries] == ["ts_guessing", "ts_guessing_mc", "dcq", "cdd", "name_cloze"]
+    scored = {"cdd": "peakedness", "dcq": "score"}
     for entry in entries:
-        rows = entry["items"]
-        assert len(rows) == 2 and all(row["error"] == "" for row in rows), (entry["method"], rows)
-        probed = [row for row in rows if not row.get("filtered")]
-        assert probed, (entry["method"], rows)  # at least one item asked, not only left out
-        column = {"cdd": "peakedness", "dcq": "score"}.get(entry["method"], "exact_match")
-        assert all(0.0 <= row[column] <= 1.0 for row in probed), (entry["method"], rows)
-        assert entry["verdict"]["decision"] == "inconclusive"  # no reference partition named
+        (row,) = entry["items"]
+        assert row["error"] == "", (entry["method"], row)
+        if entry["method"] in ("ts_guessing_mc", "cdd", "name_cloze"):  # this item is asked, not left out
+            assert not row.get("filtered"), (entry["method"], row)
+        if not row.get("filtered"):
+            assert 0.0 <= row[scored.get(entry["method"], "exact_match")] <= 1.0, (entry["method"], row)
+        assert entry["verdict"]["decision"] == "inconclusive"  # one item, no reference partition
 
 
 @pytest.mark.slow

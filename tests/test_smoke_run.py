@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from contamray.pipeline.store import read_partitions
+
 REPO = Path(__file__).resolve().parents[1]
 GSM8K = Path("openai/gsm8k/main/test.jsonl")
 
@@ -77,7 +79,7 @@ def test_guided_prompting_produces_real_completions_and_a_test(smoke_run):
     assert arc["guided_completion"].str.strip().str.len().gt(0).any()
     assert arc["general_completion"].str.strip().str.len().gt(0).any()
     assert arc["rougeL_guided"].between(0, 1).all()
-    partitions = pd.read_parquet(out / "partitions.parquet")
+    partitions = read_partitions(out)  # with the cells' seconds of timings.parquet
     for _, row in partitions[partitions["method"] == "guided_prompting"].iterrows():
         assert 0.0 <= row["p_value"] <= 1.0
         # cost: each example's guided + general (+ judge) prompts and completions, > 40 tokens apiece

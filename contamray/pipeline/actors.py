@@ -113,6 +113,8 @@ class ScoreWorker:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
         return {
+            # the chunk's place in the driver's order (actors finish in any order)
+            "seq": list(batch["seq"]) if "seq" in batch else list(range(len(batch["cell"]))),
             "cell": list(batch["cell"]),
             "rows": [self._score(label, payload) for label, payload in zip(batch["method"], batch["payload"])],
         }

@@ -247,6 +247,8 @@ def _score_open(
     )
     scanned = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
     matches = scanned.matches
+    for found in matches.values():  # in one order whichever match actor found them first
+        found.sort(key=lambda m: json.dumps(m, sort_keys=True, default=str))
     _report_corpus_errors(scanned.errors, output_dir)
     for cell in cells:
         costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], scanned.seconds.get(cell.key, 0.0))
@@ -343,8 +345,8 @@ def _score_cells(
     rows_by_cell: dict[str, list[dict]] = defaultdict(list)
     if payloads:
         items = [
-            {"cell": cell.key, "method": cell.method, "payload": json.dumps(p, default=json_default)}
-            for cell, p in payloads
+            {"seq": seq, "cell": cell.key, "method": cell.method, "payload": json.dumps(p, default=json_default)}
+            for seq, (cell, p) in enumerate(payloads)
         ]
         methods = {label: (mp.method_name, mp.params) for label, mp in plan.methods.items()}
         scored = ray.data.from_items(items).map_batches(
@@ -356,10 +358,14 @@ def _score_cells(
             num_cpus=1,
             **cpu_work_options(),
         )
+        chunks_done: list[tuple[int, str, list[dict]]] = []
         with Progress(f"scoring {_models_of(cells)}", len(items), unit="chunks") as progress:
             for row in scored.iter_rows():
-                rows_by_cell[str(row["cell"])].extend(json.loads(row["rows"]))
+                chunks_done.append((int(row["seq"]), str(row["cell"]), json.loads(row["rows"])))
                 progress.update(1)
+        # in payload order, whichever scoring actor finished first: the same tables for 1 or n actors
+        for _, cell_key, rows in sorted(chunks_done, key=lambda c: c[0]):
+            rows_by_cell[cell_key].extend(rows)
     for cell in cells:
         table = example_table(
             cell.key,

@@ -16,7 +16,10 @@ The merged outputs are what a user reads:
 
 - ``examples.parquet``: one row per example × method (model, partition, method, record_id, error and
   the method's own columns);
-- ``partitions.parquet`` and ``summary.json``: one row per model × partition × method (the Verdict);
+- ``partitions.parquet`` and ``summary.json``: one row per model × partition × method (the Verdict).
+  ``partitions.parquet`` holds no wall-clock column, so the same config and seed give it byte for byte
+  whatever the number of engine replicas or scoring actors; the cells' ``seconds`` are in
+  ``timings.parquet`` (and in ``summary.json``); ``read_partitions`` joins them back;
 - ``report.md`` / ``report.html`` (written by ``contamray.report``);
 - ``progress.json`` while the run goes on: cells total / scored / done and ``status`` (``running``,
   ``finished``), rewritten as cells are stored (what ``GET /v1/jobs/{id}`` reports).
@@ -43,6 +46,10 @@ EXAMPLES = "examples.parquet"
 EXAMPLES_SHA256 = "examples.sha256"
 VERDICT = "verdict.json"
 CHECKSUM_KEY = "examples_sha256"  # in verdict.json: the examples the verdict was reduced from
+PARTITIONS = "partitions.parquet"
+TIMINGS = "timings.parquet"
+WALL_CLOCK = ("seconds",)  # verdict columns no re-run reproduces: in timings.parquet, not partitions.parquet
+CELL_KEY = ("model", "partition", "method")
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +236,8 @@ class ResultStore:
         """Merge cells into the run's tables; returns the written paths."""
         paths = {
             "examples": self._join("examples.parquet"),
-            "partitions": self._join("partitions.parquet"),
+            "partitions": self._join(PARTITIONS),
+            "timings": self._join(TIMINGS),
             "summary": self._join("summary.json"),
         }
         frames = [f for f in examples if len(f)]
@@ -237,9 +245,30 @@ class ResultStore:
         front = [c for c in ("model", "partition", "method", "record_id", "error") if c in table.columns]
         table = table[front + [c for c in table.columns if c not in front]]
         self._write_atomic(self.fs, paths["examples"], parquet_bytes(table))
-        self._write_atomic(self.fs, paths["partitions"], parquet_bytes(pd.DataFrame(verdicts)))
+        partitions = pd.DataFrame(verdicts)
+        clock = [c for c in WALL_CLOCK if c in partitions.columns]
+        timings = partitions[[c for c in CELL_KEY if c in partitions.columns] + clock]
+        self._write_atomic(self.fs, paths["partitions"], parquet_bytes(partitions.drop(columns=clock)))
+        self._write_atomic(self.fs, paths["timings"], parquet_bytes(timings))
         self._write_atomic(self.fs, paths["summary"], json.dumps(verdicts, indent=2, default=str).encode())
         return paths
+
+
+def read_partitions(run_dir: Any) -> pd.DataFrame:
+    """A finished run's ``partitions.parquet`` with the cells' wall-clock columns of ``timings.parquet``
+    joined back (a run written before the split has them in place)."""
+    from pathlib import Path
+
+    table = pd.read_parquet(Path(run_dir) / PARTITIONS)
+    timings_path = Path(run_dir) / TIMINGS
+    if not timings_path.is_file() or table.empty:
+        return table
+    timings = pd.read_parquet(timings_path)
+    key = [c for c in CELL_KEY if c in table.columns and c in timings.columns]
+    extra = [c for c in timings.columns if c not in table.columns]
+    if not key or not extra:
+        return table
+    return table.merge(timings[key + extra].drop_duplicates(key), on=key, how="left")
 
 
 def parquet_bytes(frame: pd.DataFrame) -> bytes:

@@ -21,6 +21,8 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from contamray.pipeline.store import read_partitions
+
 REQUIRED = ("model", "partition", "method", "p_value", "rate", "contaminated")
 OPTIONAL = {
     "statistic": float("nan"),
@@ -140,7 +142,7 @@ def _read_partitions(run_dir: Path) -> pd.DataFrame:
             "its end; re-run it with the same config to finish it — finished cells are reused)"
         )
     try:
-        table = pd.read_parquet(path)
+        table = read_partitions(run_dir)
     except Exception as err:  # noqa: BLE001 - any unreadable file gets the same clear message
         raise ValueError(f"{path}: not a readable Parquet file ({type(err).__name__}: {err})") from None
     if table.empty:

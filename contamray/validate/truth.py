@@ -34,6 +34,8 @@ from typing import Any
 
 import pandas as pd
 
+from contamray.pipeline.store import read_partitions
+
 NOT_MEMBER = {"near_miss", "not_injected"}
 
 
@@ -157,7 +159,7 @@ def label_run(output_dir: str | Path) -> LabelledRun:
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder} has no {name}; pass the output directory of a finished contamray run")
     config = load_config(folder)
-    parts = pd.read_parquet(folder / "partitions.parquet")
+    parts = read_partitions(folder)
     examples = pd.read_parquet(folder / "examples.parquet")
     is_open = parts["model"].astype(str).str.startswith("corpus:")
     inj = injections(config)
