@@ -324,9 +324,9 @@ def test_on_the_fine_tuned_model_every_row_is_scored_or_says_why(quizzed):
     fine-tuned model never answers a quiz with a letter - 0 of 76 BDQ and 0 of 304 BCQ replies hold one; it
     recites the opening of a *seen* question instead ("The end result in the", "A scientist maps a long") - so the
     original is chosen in 0 % of quizzes on both sides, the paper's range is [0 %, 0 %] on both, and the held-out
-    test says ``clean`` (p = 1 over 6 vs 6 blocks): a false negative of the quiz on a model this small (on this
-    test's 20 + 20: 19 vs 19 scored, 0 % vs 0 %, ``clean``, p = 1 over 3 vs 3 blocks; about 80 s on 2 cores after
-    the fixture's fine-tune). The base
+    test says ``clean`` (p = 1 over 6 vs 6 blocks): a false negative of the quiz on a model this small. This test
+    takes 12 + 12, for time (20 + 20 measured 19 vs 19 scored, 0 % vs 0 %, ``clean``, p = 1 over 3 vs 3 blocks;
+    12 rows a side make fewer blocks, so the verdict may be ``inconclusive``, with its reason). The base
     SmolLM2-135M (not fine-tuned) does answer with letters, nearly always "A)" (BDQ: A 15 of 19 rows; BCQ: A 59,
     B 8 of 76): the positional bias the BCQ compensate; original chosen in 20 % vs 22 % of quizzes, the paper's
     range [0 %, 10 %] vs [0 %, 11 %] (the first 10 seen vs 10 unseen, 1 filtered).
