@@ -22,15 +22,12 @@ The job log says where the results go (``describe``).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-
-log = logging.getLogger("contamray")
 
 ENV = "CONTAMRAY_OUTPUT_ROOT"
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the driver of a Ray Job
@@ -88,17 +85,18 @@ def destination(root: str | None, output_dir: str | Path) -> str | None:
 
 
 def check_job_output(run_cfg: Any, output_dir: Path) -> None:
-    """Under a Ray Job with no root set, refuse a cluster of more than one node (the results would sit on
-    whichever node ran the driver); say where the results go."""
+    """Under a Ray Job with no root set, refuse a cluster of more than one node: the results would sit on
+    whichever node ran the driver."""
     from contamray.pipeline.plan import ConfigError
 
     job = ray_job_id()
-    if job is None:
+    if job is None or run_cfg.get("output_root"):
         return
-    if not run_cfg.get("output_root") and _alive_nodes() > 1:
+    nodes = _alive_nodes()
+    if nodes > 1:
         raise ConfigError(
             f"this Ray Job ({job}) would write its results to {output_dir} on the node running the driver "
-            f"({socket.gethostname()}), one of {_alive_nodes()} nodes: set run.output_root (or {ENV} in the job's "
+            f"({socket.gethostname()}), one of {nodes} nodes: set run.output_root (or {ENV} in the job's "
             "runtime env) to shared storage or a URI (s3://..., gs://...), or hydra.run.dir to a shared path"
         )
 

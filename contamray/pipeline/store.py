@@ -34,6 +34,7 @@ import logging
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -254,11 +255,9 @@ class ResultStore:
         return paths
 
 
-def read_partitions(run_dir: Any) -> pd.DataFrame:
+def read_partitions(run_dir: str | Path) -> pd.DataFrame:
     """A finished run's ``partitions.parquet`` with the cells' wall-clock columns of ``timings.parquet``
     joined back (a run written before the split has them in place)."""
-    from pathlib import Path
-
     table = pd.read_parquet(Path(run_dir) / PARTITIONS)
     timings_path = Path(run_dir) / TIMINGS
     if not timings_path.is_file() or table.empty:

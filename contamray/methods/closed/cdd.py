@@ -56,14 +56,14 @@ Where this departs from the paper or well-known implementations, and why:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import finite, rows_of, truthy
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
 from contamray.records import Record
@@ -222,13 +222,8 @@ class CDD(HeldoutTest):
                                    sampling=sampling, chat=cfg.chat))  # fmt: skip
         return out
 
-    def score(
-        self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Config, **_: Any
-    ) -> list[dict[str, Any]]:
-        got = output_map(outputs)
-        return [self._row(record, got, cfg) for record in records]
-
-    def _row(self, record: Record, got: Mapping[str, Output], cfg: Config) -> dict[str, Any]:
+    def _score_one(self, record: Record, got: dict[str, Output], cfg: Config) -> dict[str, Any]:
+        """One row per record (``HeldoutTest.score``): the module docstring's per-example columns."""
         row: dict[str, Any] = {
             **unit_columns(record),
             "peakedness": None,
