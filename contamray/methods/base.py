@@ -262,6 +262,13 @@ class Method:
     def match(self, docs: list[dict[str, Any]], index: Any, cfg: Any) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def fold(self, rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+        """Open-data methods: ``rows`` (match rows, earlier folds' rows, or both) folded into the few rows per
+        example that ``score`` needs, so a corpus scan's memory grows with the benchmark, not with how often
+        the corpus copies it. The contract (``contamray.methods.open.common.FOLD_CONTRACT``) is checked for
+        every open-data method by ``tests/fold_check.py``."""
+        raise NotImplementedError
+
     def judge_requests(self, records: list[Record], matches: list[dict[str, Any]], cfg: Any) -> list[Request]:
         """Open-data methods with a judge: prompts about the retrieved candidates."""
         raise NotImplementedError

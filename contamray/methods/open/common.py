@@ -292,13 +292,35 @@ def open_verdict(
     )
 
 
+FOLD_CONTRACT = """What an open-data method's ``fold(rows, cfg)`` promises (issue #16: aggregate where the data is).
+
+``rows`` are match rows as ``match`` returns them, rows an earlier ``fold`` returned, or a mix, of any
+records of one cell. Every corpus document is matched in exactly one ``match`` call (a long document's
+pieces too), so the rows of one document never arrive split across two inputs that are folded together.
+
+1. Faithful: for any split of the corpus documents into batches ``D1 .. Dk`` and any order and bracketing
+   of the folds, ``score(records, fold(fold(match(D1)) + ... + fold(match(Dk))))`` equals
+   ``score(records, match(D1 + ... + Dk))`` row for row; and folding is a summary, not a history:
+   ``fold(fold(A) + fold(B)) == fold(A + B)``. ``score`` (and ``judge_requests``) fold their input first,
+   so they take raw and folded rows alike.
+2. Bounded: the rows fold keeps per example do not grow with the number of corpus documents that copy
+   it: at most what the example's own size and ``max_evidence`` (the first documents and spans kept as
+   evidence, in ``doc_id`` order) allow; counts (documents, n-grams) are carried as numbers.
+3. Canonical: the same multiset of rows in gives the same list out (sorted), so a stored partial scan
+   is the same bytes whichever match actor produced it.
+4. Plain: rows are dicts of str / int / float / bool / lists of them (pickled to the result store).
+"""
+
+
 class Steps(NamedTuple):
-    """An open-data method's module functions, the steps of ``contamray.methods.base``."""
+    """An open-data method's module functions, the steps of ``contamray.methods.base`` (``fold``: see
+    ``FOLD_CONTRACT``)."""
 
     build_index: Callable[..., Any]
     match: Callable[..., list[dict[str, Any]]]
     score: Callable[..., list[dict[str, Any]]]
     reduce: Callable[..., Verdict]
+    fold: Callable[..., list[dict[str, Any]]]
 
 
 class OpenMethod(Method):
@@ -317,6 +339,9 @@ class OpenMethod(Method):
 
     def match(self, docs: list[dict[str, Any]], index: Any, cfg: Any) -> list[dict[str, Any]]:
         return self.steps.match(docs, index, cfg)
+
+    def fold(self, rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+        return self.steps.fold(rows, cfg)
 
     def score(self, records: list[Record], evidence: Any, cfg: Any, **extra: Any) -> list[dict[str, Any]]:
         return self.steps.score(records, evidence, cfg)
