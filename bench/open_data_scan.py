@@ -13,10 +13,10 @@ What is measured (issue 4, "Benchmark"), on one machine and one corpus, in this 
 2. **contamray**: ``ngram_overlap`` with ``n=13`` — ``build_index`` on the benchmark, ``match`` over the
    corpus in batches of 256 documents, ``score`` — in one process (per-core throughput), then through
    Ray Data exactly as the pipeline runs it (``read_corpus`` -> ``MatchWorker`` actor pool ->
-   ``collect_matches``) with 1 and 2 workers (scaling). A Ray run pays a fixed start-up (worker
-   processes, the index fetch, the first block) whatever the corpus size, so the scan rate is taken
-   from the difference between the 10x and the 1x corpus (best of two runs each); both wall times
-   are printed.
+   the driver's fold, ``pipeline/corpus_scan.py``) with 1 and 2 workers (scaling). A Ray run pays a
+   fixed start-up (worker processes, the index fetch, the first block) whatever the corpus size, so the
+   scan rate is taken from the difference between the 10x and the 1x corpus (best of two runs each);
+   both wall times are printed.
 3. **Memory**: the peak RSS of a streaming scan (``iter_documents`` -> ``match``, in a fresh child
    process) on the corpus and on the corpus ten times over: flat, set by the benchmark index; and
    the reference's peak RSS, which holds every corpus n-gram in a dict.
@@ -183,12 +183,13 @@ def run_contamray(records: list[Any], docs: list[dict[str, str]]) -> tuple[float
 
 def run_ray(records: list[Any], paths: list[Path], workers: int) -> tuple[float, int]:
     """The pipeline's own scan: read_corpus -> MatchWorker actor pool (``workers`` actors) -> the
-    driver's ``collect_matches``; (wall seconds, match rows)."""
+    driver, which folds what the actors folded per batch; (wall seconds, folded match rows)."""
     import ray
 
     from contamray.corpus import read_corpus
     from contamray.methods.base import get_method
-    from contamray.pipeline.actors import MatchWorker, collect_matches
+    from contamray.pipeline.actors import MatchWorker
+    from contamray.pipeline.corpus_scan import match_batches
 
     method = get_method("ngram_overlap")
     params = {"n": 13}
@@ -203,8 +204,10 @@ def run_ray(records: list[Any], paths: list[Path], workers: int) -> tuple[float,
         batch_format="numpy",
         num_cpus=1,
     )
-    matches = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None)).matches
-    return time.perf_counter() - start, sum(len(rows) for rows in matches.values())
+    batches = matched.iter_batches(batch_format="numpy", batch_size=None)
+    rows = [r for _, part, _ in match_batches(batches) for r in part]
+    folded = method.fold(rows, method.make_config(params))
+    return time.perf_counter() - start, len(folded)
 
 
 def child_result(*args: str) -> dict[str, float]:

@@ -22,7 +22,6 @@ import pickle
 import time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -143,8 +142,9 @@ CORPUS_ERRORS = "corpus-errors"  # MatchWorker's output row for the batch's bad 
 class MatchWorker:
     """Scans corpus batches against every open-data cell's benchmark index (fetched once).
 
-    Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows (empty
-    bytes when there are none), and ``seconds``, the time its method's ``match`` took on the batch
+    Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows folded per
+    example (``Method.fold``: a few rows per example however often the batch copies it; empty bytes when
+    there are none), and ``seconds``, the time its method's ``match`` and ``fold`` took on the batch
     (the cell's share of the scan, reported as its cost). A batch of a planted corpus yields
     thousands of rows; a JSON string per row cost as much as the matching itself
     (``bench/open_data_scan.py``), and the rows only travel between our own processes, where pickle
@@ -176,36 +176,11 @@ class MatchWorker:
                 seconds.append(0.0)
         for cell_key, method, cfg, index in self.indexes:
             started = time.perf_counter()
-            rows = method.match(docs, index, cfg)
+            rows = method.fold(method.match(docs, index, cfg), cfg)  # the batch's rows, folded per example
             seconds.append(time.perf_counter() - started)
             cells.append(cell_key)
             matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows else b"")
         return {"cell": cells, "matches": matches, "seconds": seconds}
-
-
-@dataclass
-class CorpusMatches:
-    """What a corpus scan gave the driver: match rows and seconds of matching per cell key, and the
-    corpus rows the reader could not use (``where``: path and line, ``error``: why)."""
-
-    matches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    errors: list[dict[str, str]] = field(default_factory=list)
-
-
-def collect_matches(batches: Any) -> CorpusMatches:
-    """Match rows and matching time per cell key from ``MatchWorker`` output batches (as ``iter_batches``
-    yields them), and the bad corpus rows."""
-    out = CorpusMatches()
-    for batch in batches:
-        for cell_key, blob, seconds in zip(batch["cell"], batch["matches"], batch["seconds"]):
-            if cell_key == CORPUS_ERRORS:
-                out.errors.extend(pickle.loads(blob))
-                continue
-            out.seconds[str(cell_key)] += float(seconds)
-            if len(blob):
-                out.matches[str(cell_key)].extend(pickle.loads(blob))
-    return out
 
 
 def json_default(value: Any) -> Any:

@@ -35,7 +35,7 @@ import ray
 from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import NOT_APPLICABLE
-from contamray.pipeline.actors import MatchWorker, ScoreWorker, collect_matches, json_default
+from contamray.pipeline.actors import ScoreWorker, json_default
 from contamray.pipeline.cells import (
     SCORE_CHUNK,
     EngineCosts,
@@ -45,6 +45,7 @@ from contamray.pipeline.cells import (
     reduce_verdict,
     run_stages,
 )
+from contamray.pipeline.corpus_scan import scan_corpus
 from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.placement import cpu_work_options
@@ -215,41 +216,13 @@ def _score_open(
     engines: EnginePools,
     injections: Injections,
 ) -> None:
-    from contamray.corpus import read_corpus
     from contamray.corpus.planted import prepare_corpus
 
     corpus = prepare_corpus(plan, records, output_dir)
-    indexes = []
-    costs = EngineCosts()
-    for cell in cells:
-        mp = plan.methods[cell.method]
-        started = time.perf_counter()
-        index = mp.method.build_index(records[cell.benchmark], mp.config())
-        costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], time.perf_counter() - started)
-        indexes.append((cell.key, mp.label, mp.method_name, mp.params, ray.put(index)))
-    ds = read_corpus(
-        corpus["paths"],
-        format=corpus.get("format", "auto"),
-        text_field=corpus.get("text_field", "text"),
-        id_field=corpus.get("id_field"),
-        errors="keep",  # bad rows travel to the driver, which lists them (a worker's log can be lost)
-        # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
-        ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
-    )
-    matched = ds.map_batches(
-        MatchWorker,
-        fn_constructor_kwargs={"indexes": indexes},
-        compute=ray.data.ActorPoolStrategy(size=int(plan.ray.get("match_concurrency", 1))),
-        batch_size=int(plan.ray.get("corpus_batch_size", 256)),
-        batch_format="numpy",
-        num_cpus=1,
-        **cpu_work_options(),
-    )
-    scanned = collect_matches(matched.iter_batches(batch_format="numpy", batch_size=None))
+    scanned = scan_corpus(plan, cells, records, corpus, store)
     matches = scanned.matches
-    for found in matches.values():  # in one order whichever match actor found them first
-        found.sort(key=lambda m: json.dumps(m, sort_keys=True, default=str))
     _report_corpus_errors(scanned.errors, output_dir)
+    costs = EngineCosts()
     for cell in cells:
         costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], scanned.seconds.get(cell.key, 0.0))
     judged = _judge_open_cells(plan, cells, records, matches, costs, engines, injections)

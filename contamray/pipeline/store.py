@@ -12,6 +12,10 @@ The store's root is a local path or any fsspec / object-store URI (``s3://bucket
   its checksum: a re-run with the same config hash reuses finished cells (and scored ones), and
   scores again a cell whose table was cut short or changed.
 
+Corpus scans keep their finished passes under ``cells/scans/<index hash>/<shard key>.pkl`` (folded
+matches of one benchmark index against one pass's files, with their sha256), so a killed scan resumes
+after its last finished pass (``pipeline/corpus_scan.py``).
+
 The merged outputs are what a user reads:
 
 - ``examples.parquet``: one row per example × method (model, partition, method, record_id, error and
@@ -31,6 +35,7 @@ import hashlib
 import io
 import json
 import logging
+import pickle
 import threading
 import time
 import uuid
@@ -47,6 +52,7 @@ EXAMPLES = "examples.parquet"
 EXAMPLES_SHA256 = "examples.sha256"
 VERDICT = "verdict.json"
 CHECKSUM_KEY = "examples_sha256"  # in verdict.json: the examples the verdict was reduced from
+SCANS = "scans"  # under the cells root: corpus passes per benchmark index (pipeline/corpus_scan.py)
 PARTITIONS = "partitions.parquet"
 TIMINGS = "timings.parquet"
 WALL_CLOCK = ("seconds",)  # verdict columns no re-run reproduces: in timings.parquet, not partitions.parquet
@@ -231,6 +237,28 @@ class ResultStore:
         verdict.pop(CHECKSUM_KEY, None)
         verdict.update(model=cell.model, benchmark=cell.benchmark, method=cell.method)
         return self.load_examples(cell_hash), verdict
+
+    # corpus scans ------------------------------------------------------------------------------
+    def _scan(self, index_hash: str, shard_key: str) -> str:
+        return "/".join([self._cells_path.rstrip("/"), SCANS, index_hash, f"{shard_key}.pkl"])
+
+    def put_scan(self, index_hash: str, shard_key: str, data: bytes) -> None:
+        """A corpus pass's folded matches for one benchmark index (``pipeline/corpus_scan.py``), with its sha256."""
+        digest = hashlib.sha256(data).hexdigest().encode()
+        self._write_atomic(self.cells_fs, self._scan(index_hash, shard_key), digest + b"\n" + data)
+
+    def get_scan(self, index_hash: str, shard_key: str) -> dict[str, Any] | None:
+        """The stored pass, or None when there is none or it does not match its checksum (scanned again)."""
+        path = self._scan(index_hash, shard_key)
+        if not self.cells_fs.exists(path):
+            return None
+        with self.cells_fs.open(path, "rb") as fh:
+            digest, _, data = fh.read().partition(b"\n")
+        if hashlib.sha256(data).hexdigest().encode() != digest:
+            log.warning("corpus scan %s/%s does not match its checksum; that pass is scanned again", index_hash,
+                        shard_key)  # fmt: skip
+            return None
+        return pickle.loads(data)
 
     # the run's tables --------------------------------------------------------------------------
     def write_run(self, examples: list[pd.DataFrame], verdicts: list[dict[str, Any]]) -> dict[str, str]:

@@ -1,0 +1,251 @@
+"""The open-data corpus scan: every open-data cell's benchmark index against the corpus, shard by shard,
+folded where the data is and stored as it goes, so a scan resumes where it stopped (issue #16).
+
+- **Shards and passes.** The corpus files are listed once (``corpus.fingerprint.file_listing``: path,
+  size, mtime) and scanned in passes of ``ray.corpus_files_per_pass`` files in path order; a hub dataset
+  is one shard. One pass is one Ray Data stream: readers -> ``MatchWorker`` actors (an autoscaling pool of
+  ``ray.match_concurrency`` .. ``ray.match_concurrency_max`` actors, default the cluster's CPUs).
+- **Fold where the data is.** A match actor folds the rows its method's ``match`` gives for a batch
+  (``Method.fold``, ``methods/open/common.FOLD_CONTRACT``): per example a few rows (counts as numbers, the
+  first ``max_evidence`` documents as evidence), whatever the number of corpus copies. The driver folds
+  what the actors send as it arrives, so it holds O(benchmark examples) per cell, never O(matches).
+- **Resume mid-corpus.** When a pass ends, each cell's folded rows for it are written to the result store
+  (``scans/<index hash>/<shard key>.pkl``, atomically): the index hash covers everything the matching
+  depends on (method and parameters, the benchmark's rows, the results version), the shard key the
+  pass's files by path, size and mtime (a planted corpus, rebuilt in every run's folder: by name and
+  content). A re-run of the same config scans only the passes with no stored result and says how many it
+  reused; a cell whose index differs (another method, other parameters, other rows) reuses nothing, even
+  from a method that shares its n-gram length - equality is not proven by a name - and the log says so.
+  An unpinned hub dataset (no ``revision``) can change under the same URI, so its scans are not reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import pickle
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from contamray.corpus.fingerprint import file_listing
+from contamray.methods.base import Method
+from contamray.pipeline.actors import CORPUS_ERRORS, MatchWorker
+from contamray.pipeline.placement import cpu_work_options
+from contamray.pipeline.plan import RESULTS_VERSION, Cell, Plan
+from contamray.pipeline.progress import Progress
+from contamray.pipeline.store import ResultStore
+from contamray.records import Record
+
+log = logging.getLogger("contamray")
+
+DEFAULT_FILES_PER_PASS = 8
+# the driver folds a cell's incoming rows once this many are waiting (and at least as many as it holds)
+REFOLD_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One pass of the scan: ``paths`` to read, ``key`` naming their content, ``reusable`` when the key proves it."""
+
+    paths: tuple[str, ...]
+    key: str
+    reusable: bool
+    size: int
+
+
+@dataclass
+class ScanCell:
+    """An open-data cell as the scan sees it: its method and config, index hash and built index."""
+
+    cell: Cell
+    method: Method
+    cfg: Any
+    index_hash: str
+    index_ref: Any = None
+
+
+@dataclass
+class ScanResult:
+    """What the scan gives the scoring step: folded match rows and seconds of matching per cell key, the
+    corpus rows the readers could not use, and the passes scanned / reused."""
+
+    matches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    errors: list[dict[str, str]] = field(default_factory=list)
+    scanned: int = 0
+    reused: int = 0
+
+
+def index_hash(plan: Plan, cell: Cell) -> str:
+    """A hash of everything a cell's matching depends on, and nothing about the corpus."""
+    mp = plan.methods[cell.method]
+    parts = {
+        "results": RESULTS_VERSION,
+        "method": mp.method_name,
+        "params": mp.params,
+        "benchmark": cell.benchmark,
+        "rows": plan.row_digests.get(cell.benchmark, ""),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def shards(corpus: dict[str, Any], files_per_pass: int) -> list[Shard]:
+    """The corpus' passes, in path order; a planted corpus' files keyed by name and content."""
+    listing = sorted(file_listing(corpus["paths"]))
+    planted = corpus.get("kind") == "planted"
+    out = []
+    for start in range(0, len(listing), max(1, files_per_pass)):
+        group = listing[start : start + max(1, files_per_pass)]
+        ident: list[Any] = []
+        reusable = True
+        for path, size, mtime in group:
+            if size < 0:  # a hub dataset: its URI carries the revision, or "unpinned"
+                reusable = reusable and not path.endswith("#unpinned")
+                ident.append(path)
+            elif planted:
+                ident.append((Path(path).name, hashlib.sha256(Path(path).read_bytes()).hexdigest()))
+            else:
+                ident.append((path, size, mtime))
+        key = hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:16]
+        paths = tuple(path.rsplit("#", 1)[0] if size < 0 else path for path, size, _ in group)
+        out.append(Shard(paths, key, reusable, sum(max(0, s) for _, s, _ in group)))
+    return out
+
+
+def scan_corpus(
+    plan: Plan,
+    cells: list[Cell],
+    records: dict[str, list[Record]],
+    corpus: dict[str, Any],
+    store: ResultStore,
+) -> ScanResult:
+    """Scan ``corpus`` for every open-data cell of ``cells``: folded matches per cell key (see the module
+    docstring); each pass is stored as it finishes and reused by a re-run."""
+    scan_cells = []
+    for cell in cells:
+        mp = plan.methods[cell.method]
+        scan_cells.append(ScanCell(cell, mp.method, mp.config(), index_hash(plan, cell)))
+    passes = shards(corpus, int(plan.ray.get("corpus_files_per_pass", DEFAULT_FILES_PER_PASS)))
+    result = ScanResult()
+    pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    total_bytes = sum(s.size for s in passes)
+    with Progress("corpus scan", len(passes), unit="passes") as progress:
+        for number, shard in enumerate(passes, 1):
+            stored = {
+                sc.cell.key: store.get_scan(sc.index_hash, shard.key) if shard.reusable else None for sc in scan_cells
+            }
+            missing = [sc for sc in scan_cells if stored[sc.cell.key] is None]
+            if missing:
+                _build_indexes(missing, records, result)
+                what = "" if len(missing) == len(scan_cells) else f" for {len(missing)} of {len(scan_cells)} cells"
+                log.info(
+                    "corpus pass %d/%d: %d file(s), %.1f MB of %.1f MB%s",
+                    number, len(passes), len(shard.paths), shard.size / 1e6, total_bytes / 1e6, what,
+                )  # fmt: skip
+                fresh = _scan_pass(plan, corpus, shard, missing)
+                for sc in missing:
+                    part = fresh[sc.cell.key]
+                    if shard.reusable:
+                        store.put_scan(sc.index_hash, shard.key, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+                    stored[sc.cell.key] = part
+                result.scanned += 1
+            else:
+                result.reused += 1
+            for sc in scan_cells:
+                part = stored[sc.cell.key]
+                assert part is not None
+                result.seconds[sc.cell.key] += float(part["seconds"])
+                _fold_into(sc, pending, result.matches, part["matches"])
+            result.errors.extend(stored[scan_cells[0].cell.key]["errors"])  # type: ignore[index]
+            progress.update(1)
+    for sc in scan_cells:
+        _fold_into(sc, pending, result.matches, [], final=True)
+    if result.reused:
+        log.info("corpus scan: %d of %d pass(es) reused from the result store", result.reused, len(passes))
+    return result
+
+
+def _build_indexes(cells: list[ScanCell], records: dict[str, list[Record]], result: ScanResult) -> None:
+    for sc in cells:
+        if sc.index_ref is None:
+            started = time.perf_counter()
+            sc.index_ref = ray.put(sc.method.build_index(records[sc.cell.benchmark], sc.cfg))
+            result.seconds[sc.cell.key] += time.perf_counter() - started
+
+
+def _fold_into(
+    sc: ScanCell,
+    pending: dict[str, list[dict[str, Any]]],
+    folded: dict[str, list[dict[str, Any]]],
+    rows: list[dict[str, Any]],
+    final: bool = False,
+) -> None:
+    """Add ``rows`` to the cell's waiting rows; fold them into its folded rows when enough wait (or at the end)."""
+    key = sc.cell.key
+    pending[key].extend(rows)
+    waiting = len(pending[key])
+    if waiting and (final or waiting >= max(REFOLD_ROWS, len(folded[key]))):
+        folded[key] = sc.method.fold(folded[key] + pending.pop(key), sc.cfg)
+
+
+def _scan_pass(plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell]) -> dict[str, dict[str, Any]]:
+    """One Ray Data stream over ``shard``'s files for ``cells``: per cell key its folded rows, seconds of
+    matching, and the pass's bad corpus rows."""
+    from contamray.corpus import read_corpus
+
+    low = max(1, int(plan.ray.get("match_concurrency", 1)))
+    ceiling = plan.ray.get("match_concurrency_max") or ray.cluster_resources().get("CPU", low)
+    high = max(low, int(ceiling))
+    ds = read_corpus(
+        list(shard.paths),
+        format=corpus.get("format", "auto"),
+        text_field=corpus.get("text_field", "text"),
+        id_field=corpus.get("id_field"),
+        errors="keep",  # bad rows travel to the driver, which lists them (a worker's log can be lost)
+        # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
+        ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
+    )
+    indexes = [
+        (sc.cell.key, sc.cell.method, plan.methods[sc.cell.method].method_name, plan.methods[sc.cell.method].params,
+         sc.index_ref)
+        for sc in cells
+    ]  # fmt: skip
+    matched = ds.map_batches(
+        MatchWorker,
+        fn_constructor_kwargs={"indexes": indexes},
+        compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
+        batch_size=int(plan.ray.get("corpus_batch_size", 256)),
+        batch_format="numpy",
+        num_cpus=1,
+        **cpu_work_options(),
+    )
+    by_key = {sc.cell.key: sc for sc in cells}
+    pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    folded: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    seconds: dict[str, float] = defaultdict(float)
+    errors: list[dict[str, str]] = []
+    for cell_key, rows, spent in match_batches(matched.iter_batches(batch_format="numpy", batch_size=None)):
+        if cell_key == CORPUS_ERRORS:
+            errors.extend(rows)
+            continue
+        seconds[cell_key] += spent
+        _fold_into(by_key[cell_key], pending, folded, rows)
+    out = {}
+    for key, sc in by_key.items():
+        _fold_into(sc, pending, folded, [], final=True)
+        out[key] = {"matches": folded[key], "seconds": seconds[key], "errors": errors}
+    return out
+
+
+def match_batches(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]], float]]:
+    """``(cell key, rows, seconds)`` from ``MatchWorker`` output batches."""
+    for batch in batches:
+        for cell_key, blob, spent in zip(batch["cell"], batch["matches"], batch["seconds"]):
+            yield str(cell_key), (pickle.loads(blob) if len(blob) else []), float(spent)
