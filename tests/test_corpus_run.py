@@ -7,7 +7,8 @@ in a gzip file that is cut short after it (a fourth, planted after the cut, is n
 must finish, name every bad line by path and line number (in its log and in
 ``corpus_errors.jsonl``), and find exactly the three readable plants. A second run reuses the
 finished cell; after one more document is appended to a corpus file (same config, same paths), the
-cell is recomputed and finds the new plant too.
+cell is recomputed and finds the new plant too, scanning that file again and reusing the stored passes
+of the other two (one pass per file here).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def overrides(corpus_dir: Path, mirror: Path) -> list[str]:
     return [
         "+exp=base", "benchmark=[gsm8k]", "method=[ngram13]", "run.limit=12", "corpus=files",
         f"corpus.paths=[{corpus_dir}]", "corpus.id_field=id", f"data.mirror_dir={mirror}", "ray.num_cpus=2",
+        "ray.corpus_files_per_pass=1",  # a pass per file: a changed file is scanned again, not the others
     ]
 
 
@@ -114,6 +116,9 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
         fh.write(doc("a-2", plant(r[4])))
     log = run(out, corpus, mirror_dir)
     assert "reusing finished cell" not in log
+    assert "corpus pass 1/3: 1 file(s)" in log and "corpus pass 2/3" not in log  # a.jsonl only
+    assert "corpus scan: 2 of 3 pass(es) reused from the result store" in log
+    assert len((out / "corpus_errors.jsonl").read_text().splitlines()) == 4  # the reused passes' bad rows too
     examples = pd.read_parquet(out / "examples.parquet")
     found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
     assert found == {r[0].id, r[1].id, r[2].id, r[4].id}
