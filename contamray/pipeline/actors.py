@@ -22,6 +22,7 @@ import pickle
 import time
 import traceback
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -139,8 +140,27 @@ class ScoreWorker:
 CORPUS_ERRORS = "corpus-errors"  # MatchWorker's output row for the batch's bad corpus rows (no cell has this key)
 
 
+def byte_bounded(docs: list[dict[str, Any]], max_bytes: int) -> Iterator[list[dict[str, Any]]]:
+    """``docs`` in consecutive pieces of about ``max_bytes`` bytes of UTF-8 text: a piece ends with the
+    document that reaches the bound, so a longer document is matched alone and none is cut."""
+    piece: list[dict[str, Any]] = []
+    size = 0
+    for doc in docs:
+        text = doc["text"]
+        piece.append(doc)
+        size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if size >= max_bytes:
+            yield piece
+            piece, size = [], 0
+    if piece:
+        yield piece
+
+
 class MatchWorker:
     """Scans corpus batches against every open-data cell's benchmark index (fetched once).
+
+    A batch is matched in pieces of about ``max_bytes`` bytes of text (``byte_bounded``), so what a method
+    builds per character (GPT-4 substrings: ~42 bytes) stays bounded whatever the documents' length.
 
     Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows folded per
     example (``Method.fold``: a few rows per example however often the batch copies it; empty bytes when
@@ -151,9 +171,10 @@ class MatchWorker:
     is Ray's own format anyway.
     """
 
-    def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]]) -> None:
+    def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]], max_bytes: int = 16 << 20) -> None:
         import ray
 
+        self.max_bytes = max_bytes
         self.indexes = []
         for cell_key, label, name, params, ref in indexes:
             method = get_method(name)
@@ -174,9 +195,10 @@ class MatchWorker:
                 cells.append(CORPUS_ERRORS)
                 matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
                 seconds.append(0.0)
+        pieces = list(byte_bounded(docs, self.max_bytes))
         for cell_key, method, cfg, index in self.indexes:
             started = time.perf_counter()
-            rows = method.fold(method.match(docs, index, cfg), cfg)  # the batch's rows, folded per example
+            rows = method.fold([row for piece in pieces for row in method.match(piece, index, cfg)], cfg)
             seconds.append(time.perf_counter() - started)
             cells.append(cell_key)
             matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows else b"")

@@ -4,7 +4,10 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
 - **Shards and passes.** The corpus files are listed once (``corpus.fingerprint.file_listing``: path,
   size, mtime) and scanned in passes of ``ray.corpus_files_per_pass`` files in path order; a hub dataset
   is one shard. One pass is one Ray Data stream: readers -> ``MatchWorker`` actors (an autoscaling pool of
-  ``ray.match_concurrency`` .. ``ray.match_concurrency_max`` actors, default the cluster's CPUs).
+  ``ray.match_concurrency`` .. ``ray.match_concurrency_max`` actors, default the cluster's CPUs). A batch
+  of ``ray.corpus_batch_size`` documents is matched in pieces of about ``ray.corpus_batch_bytes`` bytes of
+  text (``MatchWorker``): GPT-4 substrings hold ~42 bytes per character, so 1,024 book-length documents
+  matched at once would need ~20 GB in one worker.
 - **Fold where the data is.** A match actor folds the rows its method's ``match`` gives for a batch
   (``Method.fold``, ``methods/open/common.FOLD_CONTRACT``): per example a few rows (counts as numbers, the
   first ``max_evidence`` documents as evidence), whatever the number of corpus copies. The driver folds
@@ -46,6 +49,7 @@ from contamray.records import Record
 log = logging.getLogger("contamray")
 
 DEFAULT_FILES_PER_PASS = 8
+DEFAULT_BATCH_BYTES = 16 << 20
 # the driver folds a cell's incoming rows once this many are waiting (and at least as many as it holds)
 REFOLD_ROWS = 20_000
 
@@ -212,6 +216,7 @@ def _scan_pass(plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[Sca
         # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
         ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
     )
+    max_bytes = int(plan.ray.get("corpus_batch_bytes", DEFAULT_BATCH_BYTES))
     indexes = [
         (sc.cell.key, sc.cell.method, plan.methods[sc.cell.method].method_name, plan.methods[sc.cell.method].params,
          sc.index_ref)
@@ -219,7 +224,8 @@ def _scan_pass(plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[Sca
     ]  # fmt: skip
     matched = ds.map_batches(
         MatchWorker,
-        fn_constructor_kwargs={"indexes": indexes},
+        # a worker matches a batch in pieces of about corpus_batch_bytes of text: its memory follows the bytes
+        fn_constructor_kwargs={"indexes": indexes, "max_bytes": max_bytes},
         compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
         batch_size=int(plan.ray.get("corpus_batch_size", 256)),
         batch_format="numpy",
