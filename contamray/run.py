@@ -46,7 +46,8 @@ def init_ray(ray_cfg: dict[str, Any]) -> None:
 
 def run(cfg: DictConfig) -> Path:
     """Run one composed config; returns the output directory."""
-    from contamray.pipeline.plan import build_plan
+    from contamray.artifacts import artifacts_root, check_artifacts
+    from contamray.pipeline.plan import ConfigError, build_plan
     from contamray.pipeline.runner import execute
     from contamray.report.html import write_html_report
     from contamray.report.markdown import write_report
@@ -63,6 +64,13 @@ def run(cfg: DictConfig) -> Path:
     output_root.check_job_output(cfg.run, output_dir)
     remote = output_root.destination(cfg.run.get("output_root"), output_dir)
     log.info(output_root.describe(output_dir, remote))
+    cells_uri = cfg.run.get("cells_uri") or (f"{remote}/cells" if remote else None)
+    artifacts_uri = cfg.run.get("artifacts_uri")
+    unreadable = check_artifacts(plan, artifacts_root(artifacts_uri, cells_uri))
+    if unreadable and not cfg.run.get("dry_run", False):
+        raise ConfigError(unreadable)
+    if unreadable:
+        plan.warnings.append(unreadable)
     if cfg.run.get("dry_run", False):
         from contamray.pipeline.placement import reserve_engine_pools
 
@@ -76,8 +84,9 @@ def run(cfg: DictConfig) -> Path:
             print(f"engine pool {p.pool}: backend={p.backend} num_gpus={p.num_gpus} x{p.concurrency} "
                   f"on nodes {p.nodes}")
         return output_dir
-    cells_uri = cfg.run.get("cells_uri") or (f"{remote}/cells" if remote else None)
-    result = execute(plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cells_uri)
+    result = execute(
+        plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cells_uri, artifacts_uri=artifacts_uri
+    )
     report = write_report(output_dir, result.partitions, config_yaml, f"contamray run: {cfg.run.name}")
     report_cfg = cfg.get("report") or {}
     write_html_report(

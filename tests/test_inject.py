@@ -185,7 +185,10 @@ def _mean_losses(path: str, *groups: list[str]) -> list[float]:
 
 
 @pytest.mark.slow
-def test_prepare_injected_model_trains_caches_and_records_truth(tmp_path: Path, mirror_dir: Path) -> None:
+def test_prepare_injected_model_trains_caches_and_records_truth(
+    tmp_path: Path, mirror_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contamray.artifacts import publish_dir
     from contamray.engines import resolve_model_path
 
     records = {
@@ -228,6 +231,12 @@ def test_prepare_injected_model_trains_caches_and_records_truth(tmp_path: Path, 
     assert (folder / "model.safetensors").stat().st_mtime == stamp
     assert InjectedModel.from_dir(folder).member_ids == model.member_ids
     assert not list(tmp_path.glob(".*.tmp-*"))  # no temporary directory left behind
+    # published for replicas on other nodes (run.artifacts_uri): a replica's source is the URI, fetched whole
+    monkeypatch.setenv("CONTAMRAY_CACHE", str(tmp_path / "node-cache"))
+    uri = publish_dir(model.path, f"file://{tmp_path}/artifacts/injected/{m['key']}")
+    fetched = Path(resolve_model_path(uri, where="models.canary.source"))
+    assert fetched.parent == tmp_path / "node-cache" / "artifacts"
+    assert (fetched / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
 
 
 def test_prepare_rejects_missing_benchmark_rows(tmp_path: Path) -> None:

@@ -62,3 +62,30 @@ def test_a_ray_job_on_several_nodes_refuses_to_write_to_the_drivers_node_only(cl
     with pytest.raises(ConfigError, match=r"raysubmit_x.*one of 2 nodes: set run\.output_root"):
         check_job_output({"output_root": None}, out)
     check_job_output({"output_root": "s3://bucket/contamray"}, out)
+
+
+def test_a_planted_corpus_on_several_nodes_is_published_where_every_node_reads_it(cluster, tmp_path, mirror_dir):
+    """Issue 16 item 6: the planted corpus is built on the driver's disk; on two nodes with no artifacts root
+    the run refuses before any work, naming ``run.artifacts_uri``; with one, the corpus is published there
+    (content-addressed, marked complete) and the scan reads it from the URI and finds the planted rows."""
+    import json
+
+    import pandas as pd
+
+    from contamray.pipeline.plan import ConfigError
+
+    base = ("method=[ngram13]", "benchmark=[gsm8k]", "run.limit=12", "corpus=planted", "model=[]",
+            f"data.mirror_dir={mirror_dir}")  # fmt: skip
+    refused = composed(*base)
+    refused.run.output_dir = str(tmp_path / "refused")
+    with pytest.raises(ConfigError, match=r"corpus=planted: .* 2 nodes .* set run\.artifacts_uri"):
+        run(refused)
+    cfg = composed(*base, f"run.artifacts_uri=file://{tmp_path}/artifacts")
+    cfg.run.output_dir = str(tmp_path / "run")
+    run(cfg)
+    (published,) = (tmp_path / "artifacts" / "corpus").glob("*/_COMPLETE")
+    assert sorted(p.name for p in published.parent.glob("shard-*.jsonl")) == [f"shard-{i:03d}.jsonl" for i in range(4)]
+    manifest = json.loads((tmp_path / "run" / "corpus" / "manifest.json").read_text())
+    examples = pd.read_parquet(tmp_path / "run" / "examples.parquet")
+    found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
+    assert found == {rid for rid, row in manifest.items() if row["how"] in ("verbatim", "input_only")}

@@ -20,14 +20,18 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from contamray.artifacts import content_digest, publish_dir
 from contamray.records import Record
 
 SHARDS = 4
 NEAR_MISS_EVERY = 5
 
 
-def prepare_corpus(plan: Any, records: dict[str, list[Record]], output_dir: Path) -> dict[str, Any]:
-    """The corpus the plan scans: configured files as they are, or a planted corpus built now."""
+def prepare_corpus(
+    plan: Any, records: dict[str, list[Record]], output_dir: Path, artifacts: str | None = None
+) -> dict[str, Any]:
+    """The corpus the plan scans: configured files as they are, or a planted corpus built now (in the run's
+    folder, and published under ``artifacts`` when given, for read tasks on any node)."""
     corpus = dict(plan.corpus)
     kind = corpus.get("kind")
     if kind == "files":
@@ -57,7 +61,12 @@ def prepare_corpus(plan: Any, records: dict[str, list[Record]], output_dir: Path
         near_miss_fraction=float(corpus.get("near_miss_fraction", 0.1)),
         clean=clean_benchmarks(corpus, records),
     )
-    return {"kind": "planted", "paths": paths, "format": "jsonl", "text_field": "text", "id_field": "id"}
+    digest = content_digest(folder)
+    if artifacts:
+        uri = publish_dir(folder, f"{artifacts}/corpus/{digest}")
+        paths = [f"{uri}/{Path(p).name}" for p in paths]
+    return {"kind": "planted", "paths": paths, "format": "jsonl", "text_field": "text", "id_field": "id",
+            "digest": digest}  # fmt: skip
 
 
 def clean_benchmarks(corpus: dict[str, Any], records: dict[str, list[Record]]) -> list[str]:

@@ -78,13 +78,18 @@ def resolve_model_path(source: str, where: str = "model source") -> str:
     """The path (or hub id) that ``from_pretrained`` / ``vllm.LLM`` should load for ``source``.
 
     ``source`` is an embedded model name (converted on first use, then cached), a local directory
-    holding ``config.json``, or a hub id ``org/name`` (returned unchanged: loading it needs the hub or
+    holding ``config.json``, a URI of a checkpoint published by a run (``contamray.artifacts``: fetched to
+    the local cache first), or a hub id ``org/name`` (returned unchanged: loading it needs the hub or
     a populated HF cache). ``where`` names the config key in error messages, e.g.
     ``models.target.source``.
     """
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"{where}: empty model source; expected {source_choices()}")
     source = source.strip()
+    if "://" in source:  # a checkpoint published for every node (contamray.artifacts): fetched once per machine
+        from contamray.artifacts import fetch_dir
+
+        source = str(fetch_dir(source, where=where))
     if source.lower() in EMBEDDED_MODELS:
         return str(ensure_converted(EMBEDDED_MODELS[source.lower()], where=where))
     path = Path(source).expanduser()

@@ -15,10 +15,11 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
 - **Resume mid-corpus.** When a pass ends, each cell's folded rows for it are written to the result store
   (``scans/<index hash>/<shard key>.pkl``, atomically): the index hash covers everything the matching
   depends on (method and parameters, the benchmark's rows, the results version), the shard key the
-  pass's files by path, size and mtime (a planted corpus, rebuilt in every run's folder: by name and
-  content). A re-run of the same config scans only the passes with no stored result and says how many it
-  reused; a cell whose index differs (another method, other parameters, other rows) reuses nothing, even
-  from a method that shares its n-gram length - equality is not proven by a name - and the log says so.
+  pass's files by path, size and mtime (a planted corpus, rebuilt in every run's folder: by name, size
+  and the corpus' content digest). A re-run of the same config scans only the passes with no stored
+  result and says how many it reused; a cell whose index differs (another method, other parameters,
+  other rows) reuses nothing, even from a method that shares its n-gram length - equality is not proven
+  by a name - and the log says which cells each pass scans.
   An unpinned hub dataset (no ``revision``) can change under the same URI, so its scans are not reused.
 """
 
@@ -32,7 +33,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -113,8 +113,8 @@ def shards(corpus: dict[str, Any], files_per_pass: int) -> list[Shard]:
             if size < 0:  # a hub dataset: its URI carries the revision, or "unpinned"
                 reusable = reusable and not path.endswith("#unpinned")
                 ident.append(path)
-            elif planted:
-                ident.append((Path(path).name, hashlib.sha256(Path(path).read_bytes()).hexdigest()))
+            elif planted:  # rebuilt in each run's folder (or published by content): named by its content
+                ident.append((path.rsplit("/", 1)[-1], size, corpus.get("digest", "")))
             else:
                 ident.append((path, size, mtime))
         key = hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:16]

@@ -3,7 +3,8 @@
 A model config with ``inject: {...}`` (see ``contamray.inject``) is not loaded as it is: before its
 engine pool starts, the driver fine-tunes its ``source`` on the rows the spec names — the run's own
 records of those benchmarks, so the ids the model saw are the ids the methods score — and the engine
-loads the result. The injection is cached by content hash, so re-runs and reduce-only passes get it
+loads the result (published to the run's artifacts root, when it has one, so replicas on any node can fetch
+it). The injection is cached by content hash, so re-runs and reduce-only passes get it
 back at once. Its truth flows into the results: a ``member`` column per example (the model trained on
 this row) and a ``truth`` field per verdict (this partition was injected).
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from contamray.artifacts import publish_dir
 from contamray.pipeline.plan import ModelPlan, Plan
 from contamray.records import Record
 
@@ -35,9 +37,12 @@ def injected_benchmarks(spec: dict[str, Any]) -> list[str]:
 class Injections:
     """Per-run, thread-safe access to each injected model (prepared once, then cached)."""
 
-    def __init__(self, plan: Plan, load: Callable[[list[str]], dict[str, list[Record]]]) -> None:
+    def __init__(
+        self, plan: Plan, load: Callable[[list[str]], dict[str, list[Record]]], artifacts: str | None = None
+    ) -> None:
         self.plan = plan
         self.load = load
+        self.artifacts = artifacts  # where every node reads the checkpoints (contamray.artifacts), or None
         self._done: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -67,7 +72,10 @@ class Injections:
         injected = self.get(model_name)
         if injected is None:
             return model
-        return dataclasses.replace(model, engine={**model.engine, "source": str(injected.path)})
+        source = str(injected.path)
+        if self.artifacts:  # the replicas may run on any node: they fetch the checkpoint from the artifacts root
+            source = publish_dir(injected.path, f"{self.artifacts}/injected/{injected.manifest['key']}")
+        return dataclasses.replace(model, engine={**model.engine, "source": source})
 
     def members(self, model_name: str) -> set[str] | None:
         injected = self.get(model_name)

@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 import ray
 
+from contamray.artifacts import artifacts_root
 from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import NOT_APPLICABLE
@@ -69,11 +70,20 @@ class RunResult:
     computed: list[str]
 
 
-def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: str | None = None) -> RunResult:
+def execute(
+    plan: Plan,
+    output_dir: str | Path,
+    force: bool = False,
+    cells_uri: str | None = None,
+    artifacts_uri: str | None = None,
+) -> RunResult:
     """Run every cell of ``plan`` not already finished and merge the results into ``output_dir``.
 
-    Finished cells live under ``cells_uri`` (default ``output_dir/cells``; any fsspec URI).
+    Finished cells live under ``cells_uri`` (default ``output_dir/cells``; any fsspec URI); injected
+    checkpoints and a planted corpus are published under the artifacts root (``contamray.artifacts``:
+    ``artifacts_uri``, else ``<cells_uri>/artifacts`` for a URI) for workers on any node.
     """
+    artifacts = artifacts_root(artifacts_uri, cells_uri)
     store = ResultStore(output_dir, cells_root=cells_uri)
     # the rows are read first: a cell is finished only for the same config *and* the same rows
     records, failures = load_benchmarks(plan, {c.benchmark for c in plan.cells})
@@ -92,13 +102,13 @@ def execute(plan: Plan, output_dir: str | Path, force: bool = False, cells_uri: 
     # every cell a reduce needs must be scored, even when it is only a dependency
     needed = {dep for c in todo for dep in plan.dependencies(c)} | set(todo)
     to_score = [c for c in plan.cells if c in needed and not store.has_examples(hashes[c])]
-    injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0])
+    injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], artifacts)
     if to_score:
         closed = [c for c in to_score if c.family == "closed"]
         opened = [c for c in to_score if c.family == "open"]
         with EnginePools(plan.ray, plan.serve) as engines:  # each model loads once for the whole run
             if opened:  # first: closed cells may depend on open ones, never the other way round
-                _score_open(plan, opened, records, failures, store, Path(output_dir), engines, injections)
+                _score_open(plan, opened, records, failures, store, Path(output_dir), engines, injections, artifacts)
             if closed:
                 _score_closed(plan, closed, records, failures, store, injections, engines)
     _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
@@ -215,10 +225,11 @@ def _score_open(
     output_dir: Path,
     engines: EnginePools,
     injections: Injections,
+    artifacts: str | None = None,
 ) -> None:
     from contamray.corpus.planted import prepare_corpus
 
-    corpus = prepare_corpus(plan, records, output_dir)
+    corpus = prepare_corpus(plan, records, output_dir, artifacts)
     scanned = scan_corpus(plan, cells, records, corpus, store)
     matches = scanned.matches
     _report_corpus_errors(scanned.errors, output_dir)
