@@ -24,15 +24,17 @@ from contamray.records import TASK_TYPES, Record
 
 NAMES = [
     "arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "truthfulqa_mc", "winogrande", "gsm8k",
-    "imdb", "ag_news", "yelp", "rte", "wnli", "samsum", "xsum", "synthetic_facts", "synthetic_structured",
+    "imdb", "ag_news", "yelp", "rte", "wnli", "samsum", "xsum", "ceval", "synthetic_facts", "synthetic_structured",
 ]  # fmt: skip
-MIRRORED = [n for n in NAMES if n not in ("yelp", "synthetic_facts", "synthetic_structured")]  # synthetic: generated
+# synthetic: generated; yelp and ceval: rows written by tests/test_benchmarks.py and tests/test_languages.py
+MIRRORED = [n for n in NAMES if n not in ("yelp", "ceval", "synthetic_facts", "synthetic_structured")]
 TASKS = {
     "arc_challenge": "multiple_choice", "hellaswag": "multiple_choice", "mmlu": "multiple_choice",
     "truthfulqa_mc": "multiple_choice", "winogrande": "multiple_choice",
     "truthfulqa_gen": "question_answering", "gsm8k": "question_answering",
     "imdb": "classification", "ag_news": "classification", "yelp": "classification",
     "rte": "nli", "wnli": "nli", "samsum": "summarization", "xsum": "one_sentence_summary",
+    "ceval": "multiple_choice",
     "synthetic_facts": "question_answering", "synthetic_structured": "question_answering",
 }  # fmt: skip
 
@@ -67,7 +69,7 @@ def test_registry_names_tasks_and_listing() -> None:
         assert adapter.default_split in adapter.splits
         line = adapter.describe()
         assert line.startswith(name) and adapter.hub_id in line and f"{adapter.default_split}*" in line
-    assert len(describe_all()) == 16
+    assert len(describe_all()) == 17
     assert get_adapter("ag_news").label_names == ("World", "Sports", "Business", "Sci/Tech")
     assert get_adapter("rte").label_names == ("entailment", "not_entailment")
     assert get_adapter("wnli").label_names == ("not_entailment", "entailment")

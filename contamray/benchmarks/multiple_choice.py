@@ -1,4 +1,5 @@
-"""Multiple-choice benchmarks of the Open LLM Leaderboard v1: ARC Challenge, HellaSwag, MMLU, TruthfulQA MC.
+"""Multiple-choice benchmarks: the Open LLM Leaderboard v1's ARC Challenge, HellaSwag, MMLU and
+TruthfulQA MC, and the Chinese C-Eval.
 
 ``input`` is the question stem (HellaSwag: the context ``ctx``; the mirror lacks ``ctx_a``/``ctx_b``),
 ``choices`` the options, ``answer`` the gold key as the dataset stores it (ARC: a letter or digit
@@ -6,6 +7,14 @@ from ``choices.label``; MMLU/HellaSwag/TruthfulQA: a 0-based index as text), ``l
 option's text. Guided prompting's ``reference`` is the question text (the model must reproduce the rest
 of the question). ``verbalized`` (Li et al. 2023) is the question followed by the correct option; for
 HellaSwag that is the context completed by its correct ending.
+
+C-Eval (Huang et al. 2023, "C-Eval: A Multi-Level Multi-Discipline Chinese Evaluation Suite for
+Foundation Models"; hub ``ceval/ceval-exam``): one config per subject (52, e.g.
+``computer_network``), splits ``dev`` (5 per subject, with an ``explanation``), ``val`` (labelled, the
+default) and ``test`` (published without answers: its ``answer`` is empty, so records have no label).
+Columns ``id``, ``question``, ``A`` .. ``D``, ``answer`` (a letter), ``explanation``. The text is
+Chinese, written without spaces: the open-data n-gram methods read it a character a word
+(``contamray.metrics.ngrams``).
 """
 
 from __future__ import annotations
@@ -29,6 +38,25 @@ MMLU_SUBJECTS = (
     "public_relations", "security_studies", "sociology", "us_foreign_policy", "virology",
     "world_religions",
 )  # fmt: skip
+
+
+CEVAL_SUBJECTS = (
+    "accountant", "advanced_mathematics", "art_studies", "basic_medicine", "business_administration",
+    "chinese_language_and_literature", "civil_servant", "clinical_medicine", "college_chemistry",
+    "college_economics", "college_physics", "college_programming", "computer_architecture",
+    "computer_network", "discrete_mathematics", "education_science", "electrical_engineer",
+    "environmental_impact_assessment_engineer", "fire_engineer", "high_school_biology",
+    "high_school_chemistry", "high_school_chinese", "high_school_geography", "high_school_history",
+    "high_school_mathematics", "high_school_physics", "high_school_politics",
+    "ideological_and_moral_cultivation", "law", "legal_professional", "logic", "mao_zedong_thought",
+    "marxism", "metrology_engineer", "middle_school_biology", "middle_school_chemistry",
+    "middle_school_geography", "middle_school_history", "middle_school_mathematics",
+    "middle_school_physics", "middle_school_politics", "modern_chinese_history", "operating_system",
+    "physician", "plant_protection", "probability_and_statistics", "professional_tour_guide",
+    "sports_science", "tax_accountant", "teacher_qualification", "urban_and_rural_planner",
+    "veterinary_medicine",
+)  # fmt: skip
+CEVAL_KEYS = ("A", "B", "C", "D")
 
 
 def _mc_record(
@@ -96,6 +124,25 @@ def truthfulqa_mc(ctx: RowContext) -> Record:
     return _mc_record(ctx, question, choices, key, str(key), meta)
 
 
+def ceval(ctx: RowContext) -> Record:
+    """Options from the columns ``A`` .. ``D``; ``answer`` is the gold letter (empty in ``test``)."""
+    question = ctx.text("question")
+    choices = tuple(ctx.text(key) for key in CEVAL_KEYS)
+    raw = ctx.row.get("answer")
+    if not ctx.labeled and (raw is None or (isinstance(raw, str) and not raw.strip())):
+        key, answer = None, ""
+    else:
+        answer = ctx.text("answer").strip().upper()
+        if answer not in CEVAL_KEYS:
+            ctx.fail("answer", f"is {raw!r}, not one of the option letters {', '.join(CEVAL_KEYS)}")
+        key = CEVAL_KEYS.index(answer)
+    meta = {"subject": ctx.config, "choice_labels": list(CEVAL_KEYS)}
+    explanation = ctx.row.get("explanation")
+    if isinstance(explanation, str) and explanation.strip():
+        meta["explanation"] = explanation
+    return _mc_record(ctx, question, choices, key, answer, meta)
+
+
 ADAPTERS = (
     Adapter(
         name="arc_challenge",
@@ -137,5 +184,18 @@ ADAPTERS = (
         default_split="validation",
         task="multiple_choice",
         convert=truthfulqa_mc,
+    ),
+    Adapter(
+        name="ceval",
+        hub_id="ceval/ceval-exam",
+        config="computer_network",
+        configs=CEVAL_SUBJECTS,
+        splits=("val", "dev", "test"),
+        default_split="val",
+        task="multiple_choice",
+        convert=ceval,
+        id_field="id",
+        unlabeled_splits=("test",),
+        note="Chinese; test answers are not published",
     ),
 )

@@ -1,8 +1,9 @@
 """The benchmark registry: short names -> adapters, in the order a CLI lists them.
 
 Open LLM Leaderboard v1 first (arc_challenge … gsm8k), then the seven datasets of Golchin & Surdeanu's
-"Time Travel in LLMs" (imdb … xsum), then the generated ``synthetic_facts`` (contamray's ground truth)
-and ``synthetic_structured`` (the same facts in a non-exchangeable order, for order-based tests' nulls).
+"Time Travel in LLMs" (imdb … xsum), the Chinese C-Eval (``ceval``), then the generated
+``synthetic_facts`` (contamray's ground truth) and ``synthetic_structured`` (the same facts in a
+non-exchangeable order, for order-based tests' nulls).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from contamray.benchmarks.base import Adapter
 
 _ORDER = (
     "arc_challenge", "hellaswag", "mmlu", "truthfulqa_gen", "truthfulqa_mc", "winogrande", "gsm8k",
-    "imdb", "ag_news", "yelp", "rte", "wnli", "samsum", "xsum", "synthetic_facts",
+    "imdb", "ag_news", "yelp", "rte", "wnli", "samsum", "xsum", "ceval", "synthetic_facts",
     "synthetic_structured",
 )  # fmt: skip
 

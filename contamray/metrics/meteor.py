@@ -22,7 +22,8 @@ Agarwal 2007 (the one ``nltk.translate.meteor_score`` uses):
   a candidate web text (the hypothesis) with: how much of the example the text contains, in order.
   ``contamray.methods.open.meteor_recall`` uses it with their gamma 0.8.
 
-Words: lowercased letters-and-digits runs (``contamray.metrics.ngrams.words`` with the ``gpt2`` rule);
+Words: lowercased letters-and-digits runs (``contamray.metrics.ngrams.words`` with the ``gpt2`` rule,
+so NFKC and a word per character of scripts written without spaces, as the n-gram prefilter);
 no nltk tokenizer data is needed. The Porter stemmer is nltk's (pure code, no data).
 """
 

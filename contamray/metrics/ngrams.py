@@ -8,12 +8,41 @@ Normalisation follows the paper that defines the matcher, so a hit means what th
   ``U.S.`` -> ``us``) and the rest is split on whitespace.
 - ``"gpt2"`` (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners", Sec. 4):
   "strings were normalized to contain only lower-cased alphanumeric words with a single space as a
-  delimiter". Every run of characters that is not a letter or digit becomes a word break
-  (``don't`` -> ``don t``).
+  delimiter". Every run of characters that is not a letter, digit or combining mark becomes a word
+  break (``don't`` -> ``don t``).
 
-"Punctuation" is every character that is neither alphanumeric (Python's Unicode ``\\w`` without
-``_``) nor whitespace, so symbols (``$``, ``%``, emoji) go too. Everything is plain ``re`` / ``str``
-work in C: no nltk, no tokenizer data to download.
+Every language, in this order, identically for the benchmark and the corpus side:
+
+1. **Lowercase and Unicode NFKC** (lowercase, NFKC, lowercase again: NFKC can make capitals,
+   ``ℌ`` -> ``H``). NFC and NFD spellings of a text (``café`` as one code point or as ``e`` +
+   U+0301), full-width forms (``ｃａｆｅ``, ``，``), ligatures (``ﬁ``) and other compatibility
+   characters (``…`` -> ``...``, ``½`` -> ``1⁄2``) become one spelling, as in huggingface/datatrove's
+   text normalisation. (Pure-ASCII text is already NFKC: it skips the step.)
+2. **Diacritic folding**, optional (the ``+fold`` style suffix, ``fold_diacritics`` of the n-gram
+   methods): canonical decomposition (NFD), every non-spacing mark (category ``Mn``) deleted, NFC
+   again, as datatrove's ``simplify_text`` (``norm_unicode_diacritics``) does, so ``café`` equals
+   ``cafe``. **Off by default** for ``gpt3`` and ``gpt2``: the papers list what they ignore
+   (punctuation, whitespace, casing; GPT-2: "alphanumeric words"), and accented letters are letters,
+   so the faithful reading keeps them. Folding is also lossy where marks are letters: Vietnamese
+   tones, Devanagari vowel signs, Arabic and Hebrew vowel points, the Japanese voicing mark (``が``
+   becomes ``か``). Turn it on to catch corpora that stripped accents (datatrove's decontamination
+   does), at the price of merging such words.
+3. **Punctuation**: every character that is neither alphanumeric (``str.isalnum``), a combining mark
+   (category ``M*``, part of the word it follows: Devanagari, Thai and Myanmar vowel signs) nor
+   whitespace is punctuation, so symbols (``$``, ``%``, emoji) go too; ``_`` is punctuation.
+4. **Scripts written without spaces**: every letter or digit of CJK ideographs (with the CJK
+   symbols block's ideographic letters such as ``々`` and ``〇``, Kangxi radicals and Bopomofo),
+   Hiragana, Katakana, Thai, Lao, Khmer and Myanmar, with the combining marks that follow it, is a
+   word of its own. So a 13-gram of Chinese is 13 characters, about 7 Chinese words (Thai letters are
+   alphabetic: 13 of them are 2 to 4 words; choose ``n`` accordingly). Hangul is written with spaces
+   and stays as it is. Mixed text: ``GPT-4在中文上`` is ``gpt4 在 中 文 上`` under ``gpt3`` and
+   ``gpt 4 在 中 文 上`` under ``gpt2``.
+5. Split on whitespace.
+
+Everything is plain ``re`` / ``str`` / ``unicodedata`` work in C: no nltk, no tokenizer data to
+download. The fast path (``normalized_bytes``) handles the ASCII bytes with one ``bytes.translate``
+and each *distinct* non-ASCII character once; ``normalize`` is the plain-regex reference it is tested
+against.
 
 Hashing, all of it vectorised with NumPy (``contamray.metrics.rolling``), so a document costs a few
 C-level string passes and a handful of array operations per word — no Python call per word or per
@@ -33,7 +62,9 @@ Distinct n-grams collide with probability about 2**-64 per pair. The values diff
 
 from __future__ import annotations
 
+import bisect
 import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,24 +74,175 @@ import numpy as np
 from contamray.metrics import rolling
 
 NORMALIZATIONS = ("gpt3", "gpt2")
-
-_PUNCT = re.compile(r"[^\w\s]|_")
-_NON_ALNUM = re.compile(r"[\W_]+")
+FOLD = "+fold"  # style suffix: fold diacritics (step 2 of the module docstring)
+STYLES = NORMALIZATIONS + tuple(n + FOLD for n in NORMALIZATIONS)
 
 _MASK = (1 << 64) - 1
 
+# Scripts written without spaces between words (step 4): inclusive code point ranges, sorted.
+SPACELESS_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0E00, 0x0E7F),  # Thai
+    (0x0E80, 0x0EFF),  # Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x19E0, 0x19FF),  # Khmer symbols
+    (0x2E80, 0x2FDF),  # CJK and Kangxi radicals
+    (0x3005, 0x3007),  # 々 〆 〇
+    (0x3021, 0x3029),  # Hangzhou numerals
+    (0x3031, 0x3035),  # kana repeat marks
+    (0x3038, 0x303C),  # Hangzhou numerals, 〻 〼
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3100, 0x312F),  # Bopomofo
+    (0x31A0, 0x31FF),  # Bopomofo extended, CJK strokes, Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK ideographs extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA9E0, 0xA9FF),  # Myanmar extended-B
+    (0xAA60, 0xAA7F),  # Myanmar extended-A
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0x16FE0, 0x16FFF),  # ideographic symbols
+    (0x1B000, 0x1B16F),  # kana supplement and extensions
+    (0x20000, 0x3FFFF),  # CJK ideographs extensions B to I
+)
+_SPACELESS_STARTS = [lo for lo, _ in SPACELESS_RANGES]
 
-def _check_style(style: str) -> None:
-    if style not in NORMALIZATIONS:
-        raise ValueError(f"unknown normalization {style!r}; expected one of {', '.join(NORMALIZATIONS)}")
+
+def is_spaceless(char: str) -> bool:
+    """Whether ``char`` belongs to a script written without spaces (its letters are words)."""
+    code = ord(char)
+    i = bisect.bisect_right(_SPACELESS_STARTS, code) - 1
+    return i >= 0 and code <= SPACELESS_RANGES[i][1]
+
+
+@lru_cache(maxsize=1)
+def _mark_classes() -> tuple[str, str]:
+    """Regex character-class bodies of all combining marks (``M*``) and of non-spacing marks (``Mn``).
+
+    Built on first use (a tenth of a second over every code point), not at import.
+    """
+    marks: list[int] = []
+    nonspacing: list[int] = []
+    for code in range(0x80, 0x110000):
+        category = unicodedata.category(chr(code))
+        if category[0] == "M":
+            marks.append(code)
+            if category == "Mn":
+                nonspacing.append(code)
+    return _class_body(marks), _class_body(nonspacing)
+
+
+def _class_body(codes: list[int]) -> str:
+    """``a-cx-z``-style ranges of sorted code points, escaped for a regex character class."""
+    parts = []
+    start = prev = codes[0]
+    for code in [*codes[1:], -1]:
+        if code == prev + 1:
+            prev = code
+            continue
+        parts.append(re.escape(chr(start)) + ("-" + re.escape(chr(prev)) if prev > start else ""))
+        start = prev = code
+    return "".join(parts)
+
+
+@lru_cache(maxsize=1)
+def _regexes() -> dict[str, re.Pattern[str]]:
+    marks, nonspacing = _mark_classes()
+    spaceless = "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in SPACELESS_RANGES)
+    return {
+        "nonspacing": re.compile(f"[{nonspacing}]+"),
+        "gpt3": re.compile(rf"[^\w\s{marks}]|_"),  # punctuation: deleted
+        "gpt2": re.compile(rf"(?:[^\w{marks}]|_)+"),  # not part of a word: a break
+        "cluster": re.compile(f"[{spaceless}][{marks}]*"),  # a word of a spaceless script
+    }
+
+
+_STYLE_PARTS = {style: (style.removesuffix(FOLD), style.endswith(FOLD)) for style in STYLES}
+
+
+def _parse_style(style: str) -> tuple[str, bool]:
+    """(``gpt3`` or ``gpt2``, whether to fold diacritics) of a style string."""
+    parts = _STYLE_PARTS.get(style)
+    if parts is None:
+        raise ValueError(
+            f"unknown normalization {style!r}; expected one of {', '.join(STYLES)} "
+            f"({FOLD!r} folds diacritics, see contamray.metrics.ngrams)"
+        )
+    return parts
+
+
+def style_name(normalization: str, fold_diacritics: bool = False) -> str:
+    """The style string of a method config's ``normalization`` and ``fold_diacritics``."""
+    style = normalization + (FOLD if fold_diacritics else "")
+    _parse_style(style)
+    return style
+
+
+def _composes(char: str) -> bool:
+    """Whether ``char`` can join what precedes it under canonical composition or reordering: a
+    combining mark (every character with a nonzero combining class is one) or a conjoining Hangul
+    vowel or final."""
+    return unicodedata.category(char)[0] == "M" or 0x1160 <= ord(char) <= 0x11FF
+
+
+@lru_cache(maxsize=1 << 16)
+def _nfkc_alone(char: str) -> str | None:
+    """NFKC and lowercase of one (lowercased) character when that is what it becomes in any text;
+    None when it depends on its neighbours (``_composes``, or its NFKC has a combining part).
+
+    Without characters that compose, NFKC of a text is the NFKC of each character on its own.
+    """
+    if _composes(char):
+        return None
+    out = unicodedata.normalize("NFKC", char)
+    if out == char:
+        return char
+    return None if any(map(_composes, out)) else out.lower()
+
+
+def _unicode_forms(text: str, fold: bool) -> tuple[str, set[str]]:
+    """Steps 1 and 2 of the module docstring on non-ASCII text; also its distinct non-ASCII characters.
+
+    Step 1 is lowercase, NFKC, lowercase again (NFKC can make capitals: ``ℌ`` -> ``H``). A text
+    without combining characters (the usual non-ASCII of a Latin-script corpus: curly quotes,
+    dashes, ``…``, precomposed accented letters) gets NFKC one distinct character at a time
+    (``_nfkc_alone``, the same result); only text with combining marks pays the whole-text NFKC.
+    """
+    text = text.lower()
+    chars = set(_NON_ASCII.findall(text))
+    alone = {c: _nfkc_alone(c) for c in chars}
+    if None in alone.values():
+        text = unicodedata.normalize("NFKC", text).lower()
+        chars = set(_NON_ASCII.findall(text))
+    else:
+        for char, out in alone.items():
+            if out != char:
+                text = text.replace(char, out)  # type: ignore[arg-type]
+                chars.discard(char)
+                chars.update(_NON_ASCII.findall(out))  # type: ignore[arg-type]
+    if fold and chars:
+        decomposed = unicodedata.normalize("NFD", text)
+        text = unicodedata.normalize("NFC", _regexes()["nonspacing"].sub("", decomposed))
+        chars = set(_NON_ASCII.findall(text))
+    return text, chars
+
+
+def _space_clusters(text: str) -> str:
+    """Step 4: a space either side of every letter (with its marks) of a spaceless script."""
+    return _regexes()["cluster"].sub(r" \g<0> ", text)
 
 
 def normalize(text: str, style: str = "gpt3") -> str:
-    """Lowercase, drop punctuation (``gpt3``) or break words at it (``gpt2``), single-space words."""
-    _check_style(style)
-    lowered = text.lower()
-    stripped = _PUNCT.sub("", lowered) if style == "gpt3" else _NON_ALNUM.sub(" ", lowered)
-    return " ".join(stripped.split())
+    """The normalised words of ``text`` joined by single spaces (the module docstring's steps).
+
+    The plain-regex reference of ``normalized_bytes``.
+    """
+    base, fold = _parse_style(style)
+    text = text.lower()
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text).lower()
+    if fold:
+        text = unicodedata.normalize("NFC", _regexes()["nonspacing"].sub("", unicodedata.normalize("NFD", text)))
+    stripped = _regexes()[base].sub("" if base == "gpt3" else " ", text)
+    return " ".join(_space_clusters(stripped).split())
 
 
 def words(text: str, style: str = "gpt3") -> list[str]:
@@ -79,10 +261,11 @@ def _ascii_tables() -> dict[str, tuple[bytes, bytes]]:
             ch = chr(c)
             if ch.isspace():
                 table[c] = 32
-            elif style == "gpt3" and _PUNCT.match(ch):
-                delete.append(c)
-            elif style == "gpt2" and _NON_ALNUM.match(ch):
-                table[c] = 32
+            elif not ch.isalnum():
+                if style == "gpt3":
+                    delete.append(c)
+                else:
+                    table[c] = 32
         tables[style] = (bytes(table), bytes(delete))
     return tables
 
@@ -92,48 +275,63 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 @lru_cache(maxsize=1 << 16)
-def _non_ascii_replacement(char: str, style: str) -> str:
-    """What one non-ASCII character becomes: itself (a letter or digit), a space or nothing."""
+def _non_ascii_replacement(char: str, base: str) -> str:
+    """What one non-ASCII character becomes (step 3): itself (a letter, digit or mark), a space or nothing."""
     if char.isspace():
         return " "
-    if style == "gpt3":
-        return _PUNCT.sub("", char)
-    return _NON_ALNUM.sub(" ", char)
+    if char.isalnum() or unicodedata.category(char)[0] == "M":
+        return char
+    return "" if base == "gpt3" else " "
 
 
-def _fix_non_ascii(text: str, style: str) -> str:
-    """Apply the Unicode rules to the non-ASCII characters of ``text`` (the rest is left as it is).
+def _fix_non_ascii(text: str, chars: set[str], base: str) -> tuple[str, bool]:
+    """Apply step 3 to the non-ASCII characters of ``text`` (``chars``, the distinct ones; the rest is
+    left as it is); also whether it has characters of a spaceless script.
 
     The rules are per character, so each *distinct* non-ASCII character is looked up once and
     replaced with one C-level ``str.replace``: a document has few of them (quotes, dashes, accented
     letters), and this is several times faster than a regex callback per run. (``gpt2`` breaks a
     run of symbols into several spaces instead of one: the same words.)
     """
-    for char in set(_NON_ASCII.findall(text)):
-        replacement = _non_ascii_replacement(char, style)
+    spaceless = False
+    for char in chars:
+        replacement = _non_ascii_replacement(char, base)
         if replacement != char:
             text = text.replace(char, replacement)
-    return text
+        elif not spaceless and is_spaceless(char):
+            spaceless = True
+    return text, spaceless
 
 
 def _word_bytes(text: str, style: str) -> list[bytes]:
     """The words of ``words(text, style)`` as UTF-8 bytes, about twice as fast.
 
     The ASCII part is handled by ``bytes.translate`` (one C pass); only runs of non-ASCII characters
-    go through the Unicode regexes. ``tests/test_ngram_overlap.py`` checks the two paths agree.
+    go through the Unicode rules. ``tests/test_ngram_overlap.py`` and ``tests/test_languages.py``
+    check the two paths agree.
     """
     return normalized_bytes(text, style).split()
 
 
 def normalized_bytes(text: str, style: str = "gpt3") -> bytes:
-    """The normalised text as UTF-8 bytes: words separated by ASCII spaces (see the module docstring)."""
-    _check_style(style)
-    lowered = text.lower()
-    if not lowered.isascii():
-        lowered = _fix_non_ascii(lowered, style)
-    table, delete = _ASCII[style]
+    """The normalised text as UTF-8 bytes: words separated by ASCII spaces (see the module docstring).
+
+    Pure-ASCII text (most of an English corpus) is one ``lower`` and one ``bytes.translate``; other
+    text pays NFKC (a C-level quick check when it is already normalised), the distinct non-ASCII
+    characters and, only when it has a spaceless script, one regex pass that spaces its letters out
+    (after the ASCII punctuation is gone, so that a mark still joins its letter across a deleted ``-``).
+    """
+    base, fold = _parse_style(style)
+    table, delete = _ASCII[base]
+    if text.isascii():
+        return text.lower().encode("ascii").translate(table, delete)
+    text, chars = _unicode_forms(text, fold)
+    text, spaceless = _fix_non_ascii(text, chars, base)
     # "surrogatepass": a lone surrogate (possible in JSON-decoded text) must not fail a whole batch
-    return lowered.encode("utf-8", "surrogatepass").translate(table, delete)
+    buf = text.encode("utf-8", "surrogatepass").translate(table, delete)
+    if spaceless:
+        buf = _space_clusters(buf.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+    return buf
 
 
 _LENGTH_SALT = 0x9E3779B97F4A7C15

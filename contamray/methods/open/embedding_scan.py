@@ -25,6 +25,13 @@ How each worker searches its copy of the benchmark (``index``):
 - ``auto`` (the default): ``hnsw`` from ``ann_min_examples`` (100,000) examples on, where the exact
   search grows to a third of the encoding; ``exact`` below, where it is cheap and exact.
 
+Words: passages are cut at whitespace (``contamray.metrics.embedding.passages``), deliberately not
+with ``contamray.metrics.ngrams``: the encoder reads the raw text and does its own tokenisation, and
+the spans are whitespace-word offsets of the document. A line of Chinese or Japanese (no spaces) is
+one "word", so it is one passage however long (the default MiniLM encoder is English and truncates at
+256 tokens). The label check next to a passage (``label_near``) does use the n-gram words, so it
+works in every language.
+
 Top-k over the whole corpus, streamed: each worker keeps, per example, the ``k`` best similarities it
 has seen so far (``_best``, in its own copy of the index, never pickled) and emits a match row only
 for a passage that enters that running top-k. The corpus-wide top-k of an example is a subset of the

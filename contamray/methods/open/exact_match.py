@@ -45,7 +45,9 @@ class ExactMatchConfig:
     after it (within ``label_window``): ``input_and_label``.
 
     - ``input_fields`` / ``label_fields``: Record fields forming the input and the label.
-    - ``normalization``: ``gpt3`` (punctuation deleted) or ``gpt2`` (punctuation splits words).
+    - ``normalization``: ``gpt3`` (punctuation deleted) or ``gpt2`` (punctuation splits words); any
+      language, as in ``contamray.metrics.ngrams`` (NFKC, a word per character of Chinese, ...).
+    - ``fold_diacritics``: also delete non-spacing marks (``café`` = ``cafe``); off by default.
     - ``min_words``: inputs with fewer words are not checked (a 1-word input is found everywhere);
       they count as clean with ``status="too_short"``.
     - ``label_window``: how many words after the input the label may start (multiple-choice pages
@@ -56,6 +58,7 @@ class ExactMatchConfig:
     input_fields: tuple[str, ...] = ("input",)
     label_fields: tuple[str, ...] = ("label",)
     normalization: str = "gpt3"
+    fold_diacritics: bool = False
     min_words: int = 3
     label_window: int = 64
     anchor: int = 8
@@ -72,6 +75,7 @@ class ExactMatchConfig:
                     self.normalization in ng.NORMALIZATIONS,
                     f"one of {', '.join(ng.NORMALIZATIONS)}",
                 ),
+                ("fold_diacritics", isinstance(self.fold_diacritics, bool), "true or false"),
                 common.integer(self, "min_words", 1),
                 common.integer(self, "label_window", 0),
                 common.integer(self, "anchor", 1, "(8)"),
@@ -80,12 +84,17 @@ class ExactMatchConfig:
             optional_fields=("label_fields",),
         )
 
+    @property
+    def style(self) -> str:
+        """The ``contamray.metrics.ngrams`` style of ``normalization`` and ``fold_diacritics``."""
+        return ng.style_name(self.normalization, self.fold_diacritics)
+
 
 def example_words(record: Record, cfg: ExactMatchConfig) -> tuple[np.ndarray, np.ndarray]:
     """Word hashes of the normalised input and label."""
     return (
-        ng.word_hashes(common.join_fields(record, cfg.input_fields), cfg.normalization),
-        ng.word_hashes(common.join_fields(record, cfg.label_fields), cfg.normalization),
+        ng.word_hashes(common.join_fields(record, cfg.input_fields), cfg.style),
+        ng.word_hashes(common.join_fields(record, cfg.label_fields), cfg.style),
     )
 
 
@@ -93,7 +102,7 @@ class ExactIndex:
     """Input and label word hashes per record; inputs keyed by the hash of their first words."""
 
     def __init__(self, cfg: ExactMatchConfig, records: list[Record]) -> None:
-        self.normalization = cfg.normalization
+        self.style = cfg.style
         self.record_ids = [r.id for r in records]
         self.partitions = [r.partition for r in records]
         self.inputs: list[np.ndarray] = []
@@ -118,10 +127,10 @@ class ExactIndex:
 def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
     """One row per (record, document) where the whole input occurs: first word offset, occurrences,
     and whether (and where) the label follows."""
-    common.check_index(NAME, index, cfg, ("normalization",))
+    common.check_index(NAME, index, cfg, ("style",))
     if not docs or not index.tables:
         return []
-    words, hashes = tokenise_docs(docs, cfg.normalization, NAME)
+    words, hashes = tokenise_docs(docs, cfg.style, NAME)
     found: dict[tuple[int, int], list[int]] = {}
     for a, table in index.tables.items():
         windows = windows_of(a, hashes)
@@ -204,7 +213,10 @@ def reduce(table: Any, cfg: ExactMatchConfig) -> Verdict:
     rows = common.table_rows(table)
     too_short = sum(r.get("status") == "too_short" and not r.get("error") for r in rows)
     return common.open_verdict(
-        NAME, rows, cfg.partition_threshold, {"normalization": cfg.normalization, "n_too_short": too_short}
+        NAME,
+        rows,
+        cfg.partition_threshold,
+        {"normalization": cfg.normalization, "fold_diacritics": cfg.fold_diacritics, "n_too_short": too_short},
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +80,14 @@ class GPT4SubstringConfig:
 
 
 def normalize(text: str, lowercase: bool = False) -> str:
-    """Only letters and digits: spaces, punctuation and symbols removed (GPT-4 report, App. C)."""
+    """Only letters and digits: spaces, punctuation and symbols removed (GPT-4 report, App. C).
+
+    Non-ASCII text is made NFKC first, as in ``contamray.metrics.ngrams``: NFC and NFD spellings and
+    full-width forms compare equal. Matching is per character, so scripts written without spaces
+    (Chinese, Japanese, Thai) need nothing more; combining marks are dropped like symbols.
+    """
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
     kept = _DROP.sub("", text)
     return kept.lower() if lowercase else kept
 

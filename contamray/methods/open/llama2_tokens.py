@@ -24,6 +24,9 @@ source (an embedded model such as ``smollm2-135m``, a local directory, or a hub 
 ``meta-llama/Llama-2-7b-hf`` where the hub is reachable). The default ``"words"`` uses normalised
 words (lowercased letters-and-digits runs) instead, which needs nothing and makes the 10-token span
 about 10 words (roughly 13 Llama tokens): say so when comparing numbers with the paper's Table 51.
+The words are ``contamray.metrics.ngrams``'s ``gpt2`` normalisation on both sides, so every language
+is covered as there (NFKC; a character of Chinese, Japanese kana, Thai ... is a word; no diacritic
+folding); a Hugging Face tokenizer does its own normalisation.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class MeteorIndex:
 
 def candidates(docs: list[dict[str, Any]], index: ngo.NGramIndex) -> dict[tuple[int, int], int]:
     """(record index, document index) -> distinct n-grams of the record found in the document."""
-    batch = ngo.token_batch(docs, index.normalization, NAME)
+    batch = ngo.token_batch(docs, index.style, NAME)
     grams: dict[tuple[int, int], set[tuple[int, int]]] = {}
     for length, windows, hit, key in ngo.gram_hits(batch, index):
         if hit.shape[0] == 0:

@@ -76,6 +76,7 @@ from contamray.metrics.ngrams import (
     as_signed,
     finish,
     hash_windows,
+    style_name,
     window_hashes,
     word_hashes,
 )
@@ -109,7 +110,10 @@ class NGramOverlapConfig:
       input and the label; the example is input followed by label. ``label_fields=()`` with
       ``input_fields=("verbalized",)`` matches the verbalised form as one region (all "input").
     - ``normalization``: ``"gpt3"`` (punctuation deleted) or ``"gpt2"`` (non-alphanumerics split
-      words); see ``contamray.metrics.ngrams``.
+      words); see ``contamray.metrics.ngrams``. Every language: NFKC, and each character of a script
+      written without spaces (Chinese, Japanese kana, Thai, ...) is a word.
+    - ``fold_diacritics``: also delete non-spacing marks (``café`` = ``cafe``, datatrove's folding);
+      off by default, as the papers' rules keep accented letters (``contamray.metrics.ngrams``).
     - ``short_examples``: ``"whole"`` (GPT-3 Sec. 4: an example shorter than ``n`` words but with at
       least ``min_words`` is matched as one gram of all its words) or ``"skip"`` (never checked).
     - ``min_words``: shorter examples are not checked (GPT-3 App. C ignored examples < 8 words);
@@ -131,6 +135,7 @@ class NGramOverlapConfig:
     input_fields: tuple[str, ...] = ("input",)
     label_fields: tuple[str, ...] = ("label",)
     normalization: str = "gpt3"
+    fold_diacritics: bool = False
     short_examples: str = "whole"
     min_words: int = 8
     min_fraction: float | None = None
@@ -150,6 +155,7 @@ class NGramOverlapConfig:
                 common.integer(self, "min_matches", 1),
                 common.integer(self, "min_words", 1),
                 ("normalization", self.normalization in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
+                ("fold_diacritics", isinstance(self.fold_diacritics, bool), "true or false"),
                 ("short_examples", self.short_examples in SHORT_POLICIES, f"one of {', '.join(SHORT_POLICIES)}"),
                 (
                     "min_fraction",
@@ -164,6 +170,11 @@ class NGramOverlapConfig:
                 ),
             ],
         )
+
+    @property
+    def style(self) -> str:
+        """The ``contamray.metrics.ngrams`` style of ``normalization`` and ``fold_diacritics``."""
+        return style_name(self.normalization, self.fold_diacritics)
 
 
 # --------------------------------------------------------------------------- the benchmark side
@@ -186,8 +197,8 @@ class ExampleGrams:
 
 def example_grams(record: Record, cfg: NGramOverlapConfig) -> ExampleGrams:
     """Split one example into its input / label / overlap grams (see the module docstring)."""
-    wi = word_hashes(common.join_fields(record, cfg.input_fields), cfg.normalization)
-    wl = word_hashes(common.join_fields(record, cfg.label_fields), cfg.normalization)
+    wi = word_hashes(common.join_fields(record, cfg.input_fields), cfg.style)
+    wl = word_hashes(common.join_fields(record, cfg.label_fields), cfg.style)
     ni, nl = wi.shape[0], wl.shape[0]
     total = ni + nl
     empty = np.zeros(0, dtype=np.uint64)
@@ -223,7 +234,7 @@ def example_grams_batch(records: Sequence[Record], cfg: NGramOverlapConfig) -> l
     texts = [
         t for r in records for t in (common.join_fields(r, cfg.input_fields), common.join_fields(r, cfg.label_fields))
     ]
-    tb = TokenBatch(texts, cfg.normalization)
+    tb = TokenBatch(texts, cfg.style)
     start, split, end = tb.doc_starts[0::2], tb.doc_ends[0::2], tb.doc_ends[1::2]
     split = np.maximum(split, start)
     ni, total = split - start, end - start
@@ -303,7 +314,7 @@ class NGramIndex:
     def __init__(
         self,
         n: int,
-        normalization: str,
+        style: str,
         record_ids: list[str],
         partitions: list[str],
         tables: dict[int, _Table],
@@ -311,7 +322,7 @@ class NGramIndex:
         anchors: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self.n = n
-        self.normalization = normalization
+        self.style = style  # the contamray.metrics.ngrams style of both sides
         self.record_ids = record_ids
         self.partitions = partitions
         self.tables = tables
@@ -391,7 +402,7 @@ def build_index(records: Sequence[Record], cfg: NGramOverlapConfig) -> NGramInde
     }
     return NGramIndex(
         cfg.n,
-        cfg.normalization,
+        cfg.style,
         [r.id for r in records],
         [r.partition for r in records],
         tables,
@@ -461,10 +472,10 @@ def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
     than that many distinct documents (``NGramIndex.note_document``): enough to prove to ``score``
     that it is to be ignored, without a row for every document of a common phrase.
     """
-    common.check_index(NAME, index, cfg, ("n", "normalization"))
+    common.check_index(NAME, index, cfg, ("n", "style"))
     if not docs or not index.tables:
         return []
-    batch = token_batch(docs, cfg.normalization)
+    batch = token_batch(docs, cfg.style)
     rows: list[dict[str, Any]] = []
     for length, windows, hit, key in gram_hits(batch, index):
         rows.extend(_rows(docs, batch, index, length, index.tables[length], windows, hit, key, cfg.max_doc_frequency))
@@ -720,6 +731,7 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
             "min_fraction": cfg.min_fraction,
             "max_doc_frequency": cfg.max_doc_frequency,
             "normalization": cfg.normalization,
+            "fold_diacritics": cfg.fold_diacritics,
         },
     )
 
