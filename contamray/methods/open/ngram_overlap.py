@@ -59,8 +59,8 @@ Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (bench
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -575,67 +575,315 @@ def _rows(
     return rows
 
 
+# --------------------------------------------------------------------------- folding (issue #16)
+
+FOLD_MARK = "gram_hash"  # a column of every folded row and of no match row
+REGION_BITS = {name: 1 << i for i, name in enumerate(REGIONS)}
+MATCH_COLUMNS = ("record_id", "doc_id", "region", "ngram_hash", "ngram_len", "doc_offset", "ngram")
+
+
+def fold(rows: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds' rows, or both) folded into one row per example (``FOLD_CONTRACT``).
+
+    A folded row keeps, per matched gram (``gram_len``, ``gram_hash``, sorted): ``gram_regions`` (bits
+    1 input, 2 label, 4 overlap), ``gram_docs`` (distinct documents, capped at ``max_doc_frequency + 1``:
+    ``score`` only asks "more than the limit?"; 1 without the filter: "found at all" is all GPT-3's
+    any-collision and PaLM's fraction ask) and ``gram_texts`` (evidence texts); ``hit_doc`` /
+    ``hit_gram`` (index into the grams) / ``hit_offset``: where grams lie in documents; ``n_docs``.
+
+    Without ``max_doc_frequency``: the hits of the first ``max_evidence`` documents (``doc_id``
+    order), the example's first ``max_evidence`` texts, and ``n_docs`` adds up (a document is matched
+    in one batch). With it, a document counts only through grams that stay under the limit, known at
+    the end: the hits and texts of grams already over it are dropped (a document left without hits
+    with them), the others kept (at most ``max_doc_frequency`` documents per gram, so at most the
+    example's grams times that), and ``n_docs`` counts the documents of the hits kept.
+
+    Match rows are folded as columns (``_fold_matches``: a batch's rows, the cost that matters), then
+    merged with the folded rows (``_merge``).
+    """
+    raw, folded = common.fold_input(rows, FOLD_MARK)
+    fresh = _fold_matches(raw, cfg) if raw else []
+    if not folded:
+        return fresh
+    return _merge(fresh + folded, cfg)
+
+
+def _kept_texts(pairs: Iterable[tuple[Any, str]], frequent: Container[Any], limit: int, per_gram: bool) -> dict:
+    """The evidence texts kept, gram -> sorted texts, from ``(gram, text)`` pairs: the example's first
+    ``limit`` texts (``score`` shows no more), or, ``per_gram`` (when any gram may turn out to be
+    ignored), each gram's first ``limit``; none of the ``frequent`` grams."""
+    pairs = sorted({(text, gram) for gram, text in pairs if gram not in frequent})
+    kept: dict[Any, list[str]] = {}
+    if per_gram:
+        for text, gram in pairs:
+            if len(kept.setdefault(gram, [])) < limit:
+                kept[gram].append(text)
+        return kept
+    first = set(sorted({text for text, _ in pairs})[:limit])
+    for text, gram in pairs:
+        if text in first:
+            kept.setdefault(gram, []).append(text)
+    return kept
+
+
+# the match rows of a batch, as columns
+
+
+def _changes(*columns: np.ndarray) -> np.ndarray:
+    """True where a row of sorted ``columns`` differs from the previous one (and for the first row)."""
+    new = np.zeros(columns[0].shape[0], dtype=bool)
+    new[:1] = True
+    for column in columns:
+        new[1:] |= column[1:] != column[:-1]
+    return new
+
+
+@dataclass
+class _Columns:
+    """Match rows as sorted columns (record, gram, document, offset order): ids as codes that sort
+    like them (``record_ids[rec]``, ...); ``gram`` numbers the distinct (record, gram) pairs."""
+
+    record_ids: list[str]
+    doc_ids: list[str]
+    texts: list[str]
+    partitions: dict[str, Any]
+    col: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, raw: list[dict[str, Any]]) -> _Columns:
+        cols = common.columns_of(raw, MATCH_COLUMNS, NAME)
+        record_ids, rec = common.value_codes(cols["record_id"])
+        doc_ids, doc = common.value_codes(cols["doc_id"])
+        texts, text = common.value_codes(cols["ngram"])
+        n = len(raw)
+        col = {
+            "rec": rec,
+            "len": np.fromiter(cols["ngram_len"], dtype=np.int64, count=n),
+            "hash": np.fromiter(cols["ngram_hash"], dtype=np.int64, count=n),
+            "doc": doc,
+            "off": np.fromiter(cols["doc_offset"], dtype=np.int64, count=n),
+            "bit": np.fromiter(map(REGION_BITS.__getitem__, cols["region"]), dtype=np.int64, count=n),
+            "text": text,
+        }
+        order = np.lexsort((col["off"], col["doc"], col["hash"], col["len"], col["rec"]))
+        col = {key: value[order] for key, value in col.items()}
+        col["gram"] = np.cumsum(_changes(col["rec"], col["len"], col["hash"])) - 1
+        first = np.flatnonzero(_changes(col["rec"]))
+        partitions = {record_ids[col["rec"][i]]: raw[order[i]].get("partition") for i in first.tolist()}
+        return cls(record_ids, doc_ids, texts, partitions, col)
+
+
+def _gram_table(c: _Columns, cfg: NGramOverlapConfig) -> dict[str, np.ndarray]:
+    """Per (record, gram): its region bits, its documents (capped, see ``fold``), over the limit or not."""
+    col = c.col
+    starts = np.flatnonzero(_changes(col["gram"]))
+    docs = np.add.reduceat(_changes(col["gram"], col["doc"]).astype(np.int64), starts)
+    limit = cfg.max_doc_frequency
+    return {
+        "rec": col["rec"][starts],
+        "len": col["len"][starts],
+        "hash": col["hash"][starts],
+        "mask": np.bitwise_or.reduceat(col["bit"], starts),
+        "docs": np.minimum(docs, 1 if limit is None else limit + 1),
+        "frequent": docs > limit if limit is not None else np.zeros(starts.shape[0], dtype=bool),
+    }
+
+
+def _hit_table(c: _Columns, frequent: np.ndarray, cfg: NGramOverlapConfig) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The hits kept, one per (record, document, gram, offset) in that order, and documents per record."""
+    col = c.col
+    order = np.lexsort((col["off"], col["gram"], col["doc"], col["rec"]))
+    hit = {key: col[key][order] for key in ("rec", "doc", "gram", "off")}
+    keep = _changes(hit["rec"], hit["doc"], hit["gram"], hit["off"]) & ~frequent[hit["gram"]]
+    hit = {key: value[keep] for key, value in hit.items()}
+    new_doc = _changes(hit["rec"], hit["doc"]) if keep.any() else np.zeros(0, dtype=bool)
+    n_docs = np.bincount(hit["rec"][new_doc], minlength=len(c.record_ids))
+    if cfg.max_doc_frequency is None and new_doc.shape[0]:  # the first max_evidence documents
+        rank = common.rank_in_group(hit["rec"][new_doc])[np.cumsum(new_doc) - 1]
+        hit = {key: value[rank < cfg.max_evidence] for key, value in hit.items()}
+    return hit, n_docs
+
+
+def _text_table(c: _Columns, grams: dict[str, np.ndarray], cfg: NGramOverlapConfig) -> list[list[str]]:
+    """The evidence texts kept per (record, gram), as ``_kept_texts`` keeps them."""
+    n_text = len(c.texts)
+    pairs = np.unique(c.col["gram"] * n_text + c.col["text"])  # sorted by gram, then text
+    gram, text = pairs // n_text, pairs % n_text
+    if cfg.max_doc_frequency is not None:  # each gram's first texts, none of a frequent gram
+        keep = (common.rank_in_group(gram) < cfg.max_evidence) & ~grams["frequent"][gram]
+    else:  # each record's first distinct texts
+        rec = grams["rec"][gram]
+        order = np.lexsort((gram, text, rec))
+        new_text = _changes(rec[order], text[order])
+        rank = common.rank_in_group(rec[order][new_text])[np.cumsum(new_text) - 1]
+        keep = np.zeros(pairs.shape[0], dtype=bool)
+        keep[order[rank < cfg.max_evidence]] = True
+    out: list[list[str]] = [[] for _ in range(grams["rec"].shape[0])]
+    for g, t in zip(gram[keep].tolist(), text[keep].tolist(), strict=True):
+        out[g].append(c.texts[t])
+    return out
+
+
+def _fold_matches(raw: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """``fold`` of match rows only, with column operations; one row per record, in record id order."""
+    c = _Columns.of(raw)
+    grams = _gram_table(c, cfg)
+    hit, n_docs = _hit_table(c, grams["frequent"], cfg)
+    texts = _text_table(c, grams, cfg)
+    n_rec = len(c.record_ids)
+    gram_at = np.searchsorted(grams["rec"], np.arange(n_rec + 1))
+    hit_at = np.searchsorted(hit["rec"], np.arange(n_rec + 1)).tolist()
+    values = {key: grams[key].tolist() for key in ("len", "hash", "mask", "docs")}
+    hit_doc = [c.doc_ids[d] for d in hit["doc"].tolist()]
+    hit_gram, hit_off = (hit["gram"] - gram_at[hit["rec"]]).tolist(), hit["off"].tolist()
+    gram_at = gram_at.tolist()
+    out = []
+    for r in np.unique(grams["rec"]).tolist():
+        g0, g1, h0, h1 = gram_at[r], gram_at[r + 1], hit_at[r], hit_at[r + 1]
+        out.append(
+            {
+                "record_id": c.record_ids[r],
+                "partition": c.partitions[c.record_ids[r]],
+                "n_docs": int(n_docs[r]),
+                "gram_len": values["len"][g0:g1],
+                "gram_hash": values["hash"][g0:g1],
+                "gram_regions": values["mask"][g0:g1],
+                "gram_docs": values["docs"][g0:g1],
+                "gram_texts": texts[g0:g1],
+                "hit_doc": hit_doc[h0:h1],
+                "hit_gram": hit_gram[h0:h1],
+                "hit_offset": hit_off[h0:h1],
+            }
+        )
+    return out
+
+
+# folded rows, merged per example
+
+Gram = tuple[int, int]  # (length in words, hash as signed int64)
+
+
+@dataclass
+class _Example:
+    """One example's folded rows, merged: per gram its region bits and documents; evidence texts,
+    hits (doc_id, gram, word offset) and the documents the rows counted."""
+
+    partition: Any
+    regions: dict[Gram, int] = field(default_factory=dict)
+    docs: dict[Gram, int] = field(default_factory=dict)
+    texts: set[tuple[Gram, str]] = field(default_factory=set)
+    hits: set[tuple[str, Gram, int]] = field(default_factory=set)
+    n_docs: int = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Add a folded row: gram documents add up (the rows' documents differ, ``FOLD_CONTRACT``)."""
+        grams = [(int(n), int(h)) for n, h in zip(row["gram_len"], row["gram_hash"], strict=True)]
+        for gram, bits, docs, texts in zip(
+            grams, row["gram_regions"], row["gram_docs"], row["gram_texts"], strict=True
+        ):
+            self.regions[gram] = self.regions.get(gram, 0) | int(bits)
+            self.docs[gram] = self.docs.get(gram, 0) + int(docs)
+            self.texts.update((gram, str(text)) for text in texts)
+        hits = zip(row["hit_doc"], row["hit_gram"], row["hit_offset"], strict=True)
+        self.hits.update((str(doc), grams[int(j)], int(offset)) for doc, j, offset in hits)
+        self.n_docs += int(row["n_docs"])
+
+    def row(self, rid: str, cfg: NGramOverlapConfig) -> dict[str, Any]:
+        """The merged folded row, lists in the order ``_fold_matches`` gives them."""
+        limit = cfg.max_doc_frequency
+        grams = sorted(self.regions)
+        docs = [min(self.docs[g], 1 if limit is None else limit + 1) for g in grams]
+        frequent = {g for g, count in zip(grams, docs, strict=True) if limit is not None and count > limit}
+        texts = _kept_texts(self.texts, frequent, cfg.max_evidence, limit is not None)
+        hits = sorted(h for h in self.hits if h[1] not in frequent)
+        n_docs = self.n_docs if limit is None else len({doc for doc, _, _ in hits})
+        if limit is None:  # the first max_evidence documents
+            hits = common.first_doc_hits(hits, cfg.max_evidence)
+        position = {g: i for i, g in enumerate(grams)}
+        return {
+            "record_id": rid,
+            "partition": self.partition,
+            "n_docs": n_docs,
+            "gram_len": [g[0] for g in grams],
+            "gram_hash": [g[1] for g in grams],
+            "gram_regions": [self.regions[g] for g in grams],
+            "gram_docs": docs,
+            "gram_texts": [texts.get(g, []) for g in grams],
+            "hit_doc": [h[0] for h in hits],
+            "hit_gram": [position[h[1]] for h in hits],
+            "hit_offset": [h[2] for h in hits],
+        }
+
+
+def _merge(folded: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """Folded rows merged into one per example, in record id order."""
+    examples: dict[str, _Example] = {}
+    for row in folded:
+        rid = str(row["record_id"])
+        examples.setdefault(rid, _Example(row.get("partition"))).add(row)
+    return [examples[rid].row(rid, cfg) for rid in sorted(examples)]
+
+
 # --------------------------------------------------------------------------- scoring and reduction
 
 
-def _match_columns(matches: Any) -> dict[str, list[Any]]:
-    """Matches as columns, from a list of row dicts, a pandas DataFrame, an Arrow table or columns."""
-    needed = ("record_id", "doc_id", "region", "ngram_hash", "ngram_len", "doc_offset", "ngram")
-    if matches is None:
-        return {k: [] for k in needed}
-    if hasattr(matches, "to_pydict"):  # pyarrow.Table
-        matches = matches.to_pydict()
-    elif hasattr(matches, "to_dict") and hasattr(matches, "columns"):  # pandas.DataFrame
-        matches = {c: matches[c].tolist() for c in matches.columns}
-    if isinstance(matches, dict):
-        missing = [k for k in needed if k not in matches]
-        if missing and any(len(v) for v in matches.values()):
-            raise ValueError(f"{NAME}.score: match columns {', '.join(missing)} are missing")
-        return {k: list(matches.get(k, [])) for k in needed}
-    rows = common.match_rows(matches, needed, NAME)
-    return {k: [row[k] for row in rows] for k in needed}
+def _ignored(folded: dict[str, dict[str, Any]], records: Sequence[Record], limit: int | None) -> set[tuple[int, int]]:
+    """Grams ``(length, hash)`` in more than ``limit`` documents, counted over ``records``' rows."""
+    if limit is None:
+        return set()
+    docs: dict[tuple[int, int], int] = {}
+    for record in records:
+        row = folded.get(record.id)
+        for gram in zip(row["gram_len"], row["gram_hash"], row["gram_docs"], strict=True) if row else ():
+            docs[gram[:2]] = max(docs.get(gram[:2], 0), gram[2])
+    return {gram for gram, count in docs.items() if count > limit}
+
+
+@dataclass
+class _Found:
+    """What one example's folded row shows once the ignored grams are left out."""
+
+    matched: list[int]  # distinct grams per region
+    texts: list[str]  # sorted distinct evidence texts
+    spans: list[tuple[str, int, int]]  # (doc_id, start, end) in words
+    n_docs: int
+
+
+def _found(row: dict[str, Any] | None, ignored: set[tuple[int, int]], filtered: bool) -> _Found:
+    if row is None:
+        return _Found([0, 0, 0], [], [], 0)
+    lens = row["gram_len"]
+    keep = [(length, value) not in ignored for length, value in zip(lens, row["gram_hash"], strict=True)]
+    matched = [sum(k and bool(m & bit) for k, m in zip(keep, row["gram_regions"], strict=True)) for bit in (1, 2, 4)]
+    texts = sorted({t for k, ts in zip(keep, row["gram_texts"], strict=True) if k for t in ts})
+    spans = [
+        (doc, offset, offset + lens[j])
+        for doc, j, offset in zip(row["hit_doc"], row["hit_gram"], row["hit_offset"], strict=True)
+        if keep[j]
+    ]
+    n_docs = len({doc for doc, _, _ in spans}) if filtered else int(row["n_docs"])
+    return _Found(matched, texts, spans, n_docs)
 
 
 def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     """One row per example (matched or not); see the columns below and the module docstring.
 
+    ``matches`` are match rows, folded rows (``fold``, which ``score`` applies first) or both.
     ``n_ngrams`` and ``n_*_ngrams`` count the example's distinct grams per region; ``matched_*``
     how many of them were found in at least one corpus document; ``fraction_matched`` is
-    ``matched_total / n_ngrams`` (None when the example was not checked); ``doc_ids`` and
-    ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams (sorted); ``spans`` the
-    word ranges of the documents the counted n-grams cover (``{"doc_id", "start", "end", "unit"}``).
-    With ``max_doc_frequency``, an n-gram whose rows name more than that many distinct documents is
-    ignored (not matched, no evidence).
+    ``matched_total / n_ngrams`` (None when the example was not checked); ``n_docs`` counts the
+    matched documents, ``doc_ids`` and ``evidence`` keep up to ``max_evidence`` matched document ids
+    and n-grams (sorted); ``spans`` the word ranges the counted n-grams cover in the first
+    ``max_evidence`` documents (``{"doc_id", "start", "end", "unit"}``, at most ``max_evidence``).
+    With ``max_doc_frequency``, an n-gram in more than that many distinct documents is ignored (not
+    matched, no evidence, its documents not counted unless another n-gram matched them).
     """
-    cols = _match_columns(matches)
-    wanted = {r.id for r in records}
-    # matched grams per (record, region) and docs per record; a gram is (length, hash)
-    grams_by_record: dict[str, list[set[tuple[int, int]]]] = {}
-    docs_by_record: dict[str, set[str]] = {}
-    evidence_by_record: dict[str, set[str]] = {}
-    docs_by_gram: dict[tuple[int, int], set[str]] = {}
-    spans_by_record: dict[str, list[tuple[str, int, int]]] = {}
-    keep = [i for i, rid in enumerate(cols["record_id"]) if rid in wanted]
-    if cfg.max_doc_frequency is not None:
-        for i in keep:
-            gram = (int(cols["ngram_len"][i]), int(cols["ngram_hash"][i]))
-            docs_by_gram.setdefault(gram, set()).add(str(cols["doc_id"][i]))
-    for i in keep:
-        gram = (int(cols["ngram_len"][i]), int(cols["ngram_hash"][i]))
-        if cfg.max_doc_frequency is not None and len(docs_by_gram[gram]) > cfg.max_doc_frequency:
-            continue
-        rid = cols["record_id"][i]
-        region = REGIONS.index(cols["region"][i])
-        grams_by_record.setdefault(rid, [set(), set(), set()])[region].add(gram)
-        docs_by_record.setdefault(rid, set()).add(str(cols["doc_id"][i]))
-        evidence_by_record.setdefault(rid, set()).add(str(cols["ngram"][i]))
-        offset = int(cols["doc_offset"][i])
-        spans_by_record.setdefault(rid, []).append((str(cols["doc_id"][i]), offset, offset + gram[0]))
-
+    folded = {row["record_id"]: row for row in fold(matches, cfg)}
+    ignored = _ignored(folded, records, cfg.max_doc_frequency)
     rows = []
     for record, grams in zip(records, example_grams_batch(records, cfg), strict=True):
-        counts = grams.counts
-        matched = [len(s) for s in grams_by_record.get(record.id, [set(), set(), set()])]
+        found = _found(folded.get(record.id), ignored, cfg.max_doc_frequency is not None)
+        counts, matched = grams.counts, found.matched
         total = sum(counts)
         matched_total = sum(matched)
         checked = grams.status in (STATUS_NGRAMS, STATUS_WHOLE)
@@ -663,20 +911,20 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
             "matched_total": matched_total,
             "fraction_matched": matched_total / total if total else None,
         }
-        rows.append(
-            common.example_row(
-                record,
-                columns,
-                contaminated=contaminated,
-                label_found=bool(matched[LABEL] or matched[OVERLAP]),
-                docs=docs_by_record.get(record.id, ()),
-                evidence={"evidence": sorted(evidence_by_record.get(record.id, ()))[: cfg.max_evidence]},
-                spans=spans_by_record.get(record.id, ()),
-                unit="word",
-                max_evidence=cfg.max_evidence,
-                error=error,
-            )
+        row = common.example_row(
+            record,
+            columns,
+            contaminated=contaminated,
+            label_found=bool(matched[LABEL] or matched[OVERLAP]),
+            docs=(doc for doc, _, _ in found.spans),
+            evidence={"evidence": found.texts[: cfg.max_evidence]},
+            spans=found.spans,
+            unit="word",
+            max_evidence=cfg.max_evidence,
+            error=error,
         )
+        row["n_docs"] = found.n_docs
+        rows.append(row)
     return rows
 
 
@@ -736,7 +984,7 @@ class NGramOverlap(common.OpenMethod):
         missing_as=0.0,
     )
     Config = NGramOverlapConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)
 
 
 __all__ = [
@@ -749,6 +997,7 @@ __all__ = [
     "build_index",
     "example_grams",
     "example_grams_batch",
+    "fold",
     "gram_hits",
     "match",
     "reduce",
