@@ -148,7 +148,7 @@ def test_counts_are_numbers_and_evidence_the_first_documents():
     full = next(row for row in folded if row["record_id"] == "full")
     assert full["n_docs"] == 60 and set(full["gram_docs"]) == {1}
     assert sorted(set(full["hit_doc"])) == ["c000-full", "c001-full"]
-    assert sum(map(len, full["gram_texts"])) == 2  # the example's first two texts, no more
+    assert len(full["text"]) == 2  # the example's first two texts, no more
     row = next(r for r in method.score(RECORDS, folded, cfg) if r["record_id"] == "full")
     assert (row["n_docs"], row["doc_ids"], row["matched_total"]) == (60, ["c000-full", "c001-full"], 14)
     assert row["spans"] == [
@@ -168,7 +168,7 @@ def test_gpt3_frequency_limit_across_folds():
         (row,) = half
         assert (row["record_id"], row["gram_docs"], row["n_docs"], len(set(row["hit_doc"]))) == ("frequent", [6], 6, 6)
     (merged,) = ngo.fold(halves[0] + halves[1], cfg)
-    assert (merged["gram_docs"], merged["n_docs"], merged["hit_doc"], merged["gram_texts"]) == ([11], 0, [], [[]])
+    assert (merged["gram_docs"], merged["n_docs"], merged["hit_doc"], merged["text"]) == ([11], 0, [], [])
     (row,) = [r for r in ngo.score(RECORDS, [merged], cfg) if r["record_id"] == "frequent"]
     assert (row["contaminated"], row["matched_total"], row["n_docs"], row["doc_ids"]) == (False, 0, 0, [])
 

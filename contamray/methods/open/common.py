@@ -433,7 +433,8 @@ def fold_input(rows: Any, mark: str) -> tuple[list[dict[str, Any]], list[dict[st
     """``fold``'s input (match rows, folded rows or both, in any table form) split into (match rows,
     folded rows); folded rows are those with the column ``mark``, which match rows never have."""
     rows = rows if isinstance(rows, list) else table_rows(rows)
-    return [row for row in rows if mark not in row], [row for row in rows if mark in row]
+    folded = [row for row in rows if mark in row]
+    return ([row for row in rows if mark not in row] if folded else rows), folded
 
 
 def columns_of(rows: list[dict[str, Any]], needed: Sequence[str], method: str) -> dict[str, list[Any]]:

@@ -586,10 +586,11 @@ def fold(rows: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     """Match rows (or earlier folds' rows, or both) folded into one row per example (``FOLD_CONTRACT``).
 
     A folded row keeps, per matched gram (``gram_len``, ``gram_hash``, sorted): ``gram_regions`` (bits
-    1 input, 2 label, 4 overlap), ``gram_docs`` (distinct documents, capped at ``max_doc_frequency + 1``:
-    ``score`` only asks "more than the limit?"; 1 without the filter: "found at all" is all GPT-3's
-    any-collision and PaLM's fraction ask) and ``gram_texts`` (evidence texts); ``hit_doc`` /
-    ``hit_gram`` (index into the grams) / ``hit_offset``: where grams lie in documents; ``n_docs``.
+    1 input, 2 label, 4 overlap) and ``gram_docs`` (distinct documents, capped at ``max_doc_frequency +
+    1``: ``score`` only asks "more than the limit?"; 1 without the filter: "found at all" is all GPT-3's
+    any-collision and PaLM's fraction ask); evidence texts ``text`` of grams ``text_gram`` (an index into
+    the grams); hits ``hit_gram`` / ``hit_doc`` / ``hit_offset`` (where a gram lies in a document, in
+    words), both sorted; and ``n_docs``.
 
     Without ``max_doc_frequency``: the hits of the first ``max_evidence`` documents (``doc_id``
     order), the example's first ``max_evidence`` texts, and ``n_docs`` adds up (a document is matched
@@ -608,22 +609,20 @@ def fold(rows: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     return _merge(fresh + folded, cfg)
 
 
-def _kept_texts(pairs: Iterable[tuple[Any, str]], frequent: Container[Any], limit: int, per_gram: bool) -> dict:
-    """The evidence texts kept, gram -> sorted texts, from ``(gram, text)`` pairs: the example's first
-    ``limit`` texts (``score`` shows no more), or, ``per_gram`` (when any gram may turn out to be
-    ignored), each gram's first ``limit``; none of the ``frequent`` grams."""
-    pairs = sorted({(text, gram) for gram, text in pairs if gram not in frequent})
-    kept: dict[Any, list[str]] = {}
+def _kept_texts(pairs: Iterable[tuple[Any, str]], frequent: Container[Any], limit: int, per_gram: bool) -> list:
+    """The evidence texts kept, ``(gram, text)`` sorted: the example's first ``limit`` texts (``score``
+    shows no more), or, ``per_gram`` (when any gram may turn out to be ignored), each gram's first
+    ``limit``; none of the ``frequent`` grams."""
+    pairs = sorted({(gram, text) for gram, text in pairs if gram not in frequent})
     if per_gram:
-        for text, gram in pairs:
-            if len(kept.setdefault(gram, [])) < limit:
-                kept[gram].append(text)
+        kept, taken = [], {}
+        for gram, text in pairs:
+            taken[gram] = taken.get(gram, 0) + 1
+            if taken[gram] <= limit:
+                kept.append((gram, text))
         return kept
-    first = set(sorted({text for text, _ in pairs})[:limit])
-    for text, gram in pairs:
-        if text in first:
-            kept.setdefault(gram, []).append(text)
-    return kept
+    first = set(sorted({text for _, text in pairs})[:limit])
+    return [(gram, text) for gram, text in pairs if text in first]
 
 
 # the match rows of a batch, as columns
@@ -640,7 +639,7 @@ def _changes(*columns: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _Columns:
-    """Match rows as sorted columns (record, gram, document, offset order): ids as codes that sort
+    """Match rows as sorted columns (record, gram, text, document, offset order): ids as codes that sort
     like them (``record_ids[rec]``, ...); ``gram`` numbers the distinct (record, gram) pairs."""
 
     record_ids: list[str]
@@ -665,12 +664,19 @@ class _Columns:
             "bit": np.fromiter(map(REGION_BITS.__getitem__, cols["region"]), dtype=np.int64, count=n),
             "text": text,
         }
-        order = np.lexsort((col["off"], col["doc"], col["hash"], col["len"], col["rec"]))
+        # a (record, gram, document) has one text: that of its first occurrence, in every region
+        order = np.lexsort((col["off"], col["doc"], col["text"], col["hash"], col["len"], col["rec"]))
         col = {key: value[order] for key, value in col.items()}
         col["gram"] = np.cumsum(_changes(col["rec"], col["len"], col["hash"])) - 1
         first = np.flatnonzero(_changes(col["rec"]))
         partitions = {record_ids[col["rec"][i]]: raw[order[i]].get("partition") for i in first.tolist()}
         return cls(record_ids, doc_ids, texts, partitions, col)
+
+
+def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_set)`` for a sorted ``sorted_set``, without ``isin``'s overhead."""
+    at = np.minimum(np.searchsorted(sorted_set, values), max(sorted_set.shape[0] - 1, 0))
+    return sorted_set[at] == values if sorted_set.shape[0] else np.zeros(values.shape[0], dtype=bool)
 
 
 def _gram_table(c: _Columns, cfg: NGramOverlapConfig) -> dict[str, np.ndarray]:
@@ -690,38 +696,33 @@ def _gram_table(c: _Columns, cfg: NGramOverlapConfig) -> dict[str, np.ndarray]:
 
 
 def _hit_table(c: _Columns, frequent: np.ndarray, cfg: NGramOverlapConfig) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The hits kept, one per (record, document, gram, offset) in that order, and documents per record."""
+    """The hits kept, one per (record, gram, document, offset) in that order, and documents per record."""
     col = c.col
-    order = np.lexsort((col["off"], col["gram"], col["doc"], col["rec"]))
-    hit = {key: col[key][order] for key in ("rec", "doc", "gram", "off")}
-    keep = _changes(hit["rec"], hit["doc"], hit["gram"], hit["off"]) & ~frequent[hit["gram"]]
-    hit = {key: value[keep] for key, value in hit.items()}
-    new_doc = _changes(hit["rec"], hit["doc"]) if keep.any() else np.zeros(0, dtype=bool)
-    n_docs = np.bincount(hit["rec"][new_doc], minlength=len(c.record_ids))
-    if cfg.max_doc_frequency is None and new_doc.shape[0]:  # the first max_evidence documents
-        rank = common.rank_in_group(hit["rec"][new_doc])[np.cumsum(new_doc) - 1]
-        hit = {key: value[rank < cfg.max_evidence] for key, value in hit.items()}
+    keep = _changes(col["gram"], col["doc"], col["off"]) & ~frequent[col["gram"]]
+    hit = {key: col[key][keep] for key in ("rec", "doc", "gram", "off")}
+    n_doc = len(c.doc_ids)
+    pairs = np.unique(hit["rec"] * n_doc + hit["doc"])  # (record, document), sorted
+    n_docs = np.bincount(pairs // n_doc, minlength=len(c.record_ids))
+    if cfg.max_doc_frequency is None:  # the first max_evidence documents of each record
+        first = pairs[common.rank_in_group(pairs // n_doc) < cfg.max_evidence]
+        kept = _member(hit["rec"] * n_doc + hit["doc"], first)
+        hit = {key: value[kept] for key, value in hit.items()}
     return hit, n_docs
 
 
-def _text_table(c: _Columns, grams: dict[str, np.ndarray], cfg: NGramOverlapConfig) -> list[list[str]]:
-    """The evidence texts kept per (record, gram), as ``_kept_texts`` keeps them."""
+def _text_table(c: _Columns, grams: dict[str, np.ndarray], cfg: NGramOverlapConfig) -> tuple[np.ndarray, list[str]]:
+    """The evidence texts kept (``_kept_texts``), sorted by (record, gram, text): (gram, text)."""
     n_text = len(c.texts)
-    pairs = np.unique(c.col["gram"] * n_text + c.col["text"])  # sorted by gram, then text
-    gram, text = pairs // n_text, pairs % n_text
+    starts = np.flatnonzero(_changes(c.col["gram"], c.col["text"]))
+    gram, text = c.col["gram"][starts], c.col["text"][starts]  # sorted by gram, then text
     if cfg.max_doc_frequency is not None:  # each gram's first texts, none of a frequent gram
         keep = (common.rank_in_group(gram) < cfg.max_evidence) & ~grams["frequent"][gram]
     else:  # each record's first distinct texts
         rec = grams["rec"][gram]
-        order = np.lexsort((gram, text, rec))
-        new_text = _changes(rec[order], text[order])
-        rank = common.rank_in_group(rec[order][new_text])[np.cumsum(new_text) - 1]
-        keep = np.zeros(pairs.shape[0], dtype=bool)
-        keep[order[rank < cfg.max_evidence]] = True
-    out: list[list[str]] = [[] for _ in range(grams["rec"].shape[0])]
-    for g, t in zip(gram[keep].tolist(), text[keep].tolist(), strict=True):
-        out[g].append(c.texts[t])
-    return out
+        firsts = np.unique(rec * n_text + text)
+        firsts = firsts[common.rank_in_group(firsts // n_text) < cfg.max_evidence]
+        keep = _member(rec * n_text + text, firsts)
+    return gram[keep], [c.texts[t] for t in text[keep].tolist()]
 
 
 def _fold_matches(raw: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
@@ -729,17 +730,19 @@ def _fold_matches(raw: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[di
     c = _Columns.of(raw)
     grams = _gram_table(c, cfg)
     hit, n_docs = _hit_table(c, grams["frequent"], cfg)
-    texts = _text_table(c, grams, cfg)
+    text_gram, texts = _text_table(c, grams, cfg)
     n_rec = len(c.record_ids)
     gram_at = np.searchsorted(grams["rec"], np.arange(n_rec + 1))
     hit_at = np.searchsorted(hit["rec"], np.arange(n_rec + 1)).tolist()
+    text_at = np.searchsorted(text_gram, gram_at).tolist()
     values = {key: grams[key].tolist() for key in ("len", "hash", "mask", "docs")}
     hit_doc = [c.doc_ids[d] for d in hit["doc"].tolist()]
     hit_gram, hit_off = (hit["gram"] - gram_at[hit["rec"]]).tolist(), hit["off"].tolist()
+    text_gram = (text_gram - gram_at[grams["rec"][text_gram]]).tolist()
     gram_at = gram_at.tolist()
     out = []
     for r in np.unique(grams["rec"]).tolist():
-        g0, g1, h0, h1 = gram_at[r], gram_at[r + 1], hit_at[r], hit_at[r + 1]
+        g0, g1, h0, h1, t0, t1 = gram_at[r], gram_at[r + 1], hit_at[r], hit_at[r + 1], text_at[r], text_at[r + 1]
         out.append(
             {
                 "record_id": c.record_ids[r],
@@ -749,9 +752,10 @@ def _fold_matches(raw: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[di
                 "gram_hash": values["hash"][g0:g1],
                 "gram_regions": values["mask"][g0:g1],
                 "gram_docs": values["docs"][g0:g1],
-                "gram_texts": texts[g0:g1],
-                "hit_doc": hit_doc[h0:h1],
+                "text_gram": text_gram[t0:t1],
+                "text": texts[t0:t1],
                 "hit_gram": hit_gram[h0:h1],
+                "hit_doc": hit_doc[h0:h1],
                 "hit_offset": hit_off[h0:h1],
             }
         )
@@ -772,20 +776,18 @@ class _Example:
     regions: dict[Gram, int] = field(default_factory=dict)
     docs: dict[Gram, int] = field(default_factory=dict)
     texts: set[tuple[Gram, str]] = field(default_factory=set)
-    hits: set[tuple[str, Gram, int]] = field(default_factory=set)
+    hits: set[tuple[Gram, str, int]] = field(default_factory=set)
     n_docs: int = 0
 
     def add(self, row: dict[str, Any]) -> None:
         """Add a folded row: gram documents add up (the rows' documents differ, ``FOLD_CONTRACT``)."""
         grams = [(int(n), int(h)) for n, h in zip(row["gram_len"], row["gram_hash"], strict=True)]
-        for gram, bits, docs, texts in zip(
-            grams, row["gram_regions"], row["gram_docs"], row["gram_texts"], strict=True
-        ):
+        for gram, bits, docs in zip(grams, row["gram_regions"], row["gram_docs"], strict=True):
             self.regions[gram] = self.regions.get(gram, 0) | int(bits)
             self.docs[gram] = self.docs.get(gram, 0) + int(docs)
-            self.texts.update((gram, str(text)) for text in texts)
-        hits = zip(row["hit_doc"], row["hit_gram"], row["hit_offset"], strict=True)
-        self.hits.update((str(doc), grams[int(j)], int(offset)) for doc, j, offset in hits)
+        self.texts.update((grams[int(j)], str(text)) for j, text in zip(row["text_gram"], row["text"], strict=True))
+        hits = zip(row["hit_gram"], row["hit_doc"], row["hit_offset"], strict=True)
+        self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits)
         self.n_docs += int(row["n_docs"])
 
     def row(self, rid: str, cfg: NGramOverlapConfig) -> dict[str, Any]:
@@ -795,10 +797,11 @@ class _Example:
         docs = [min(self.docs[g], 1 if limit is None else limit + 1) for g in grams]
         frequent = {g for g, count in zip(grams, docs, strict=True) if limit is not None and count > limit}
         texts = _kept_texts(self.texts, frequent, cfg.max_evidence, limit is not None)
-        hits = sorted(h for h in self.hits if h[1] not in frequent)
+        hits = [(doc, gram, offset) for gram, doc, offset in self.hits if gram not in frequent]
         n_docs = self.n_docs if limit is None else len({doc for doc, _, _ in hits})
         if limit is None:  # the first max_evidence documents
             hits = common.first_doc_hits(hits, cfg.max_evidence)
+        hits = sorted((gram, doc, offset) for doc, gram, offset in hits)
         position = {g: i for i, g in enumerate(grams)}
         return {
             "record_id": rid,
@@ -808,9 +811,10 @@ class _Example:
             "gram_hash": [g[1] for g in grams],
             "gram_regions": [self.regions[g] for g in grams],
             "gram_docs": docs,
-            "gram_texts": [texts.get(g, []) for g in grams],
-            "hit_doc": [h[0] for h in hits],
-            "hit_gram": [position[h[1]] for h in hits],
+            "text_gram": [position[gram] for gram, _ in texts],
+            "text": [text for _, text in texts],
+            "hit_gram": [position[h[0]] for h in hits],
+            "hit_doc": [h[1] for h in hits],
             "hit_offset": [h[2] for h in hits],
         }
 
@@ -855,10 +859,10 @@ def _found(row: dict[str, Any] | None, ignored: set[tuple[int, int]], filtered: 
     lens = row["gram_len"]
     keep = [(length, value) not in ignored for length, value in zip(lens, row["gram_hash"], strict=True)]
     matched = [sum(k and bool(m & bit) for k, m in zip(keep, row["gram_regions"], strict=True)) for bit in (1, 2, 4)]
-    texts = sorted({t for k, ts in zip(keep, row["gram_texts"], strict=True) if k for t in ts})
+    texts = sorted({text for j, text in zip(row["text_gram"], row["text"], strict=True) if keep[j]})
     spans = [
         (doc, offset, offset + lens[j])
-        for doc, j, offset in zip(row["hit_doc"], row["hit_gram"], row["hit_offset"], strict=True)
+        for j, doc, offset in zip(row["hit_gram"], row["hit_doc"], row["hit_offset"], strict=True)
         if keep[j]
     ]
     n_docs = len({doc for doc, _, _ in spans}) if filtered else int(row["n_docs"])
