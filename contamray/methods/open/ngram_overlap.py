@@ -28,11 +28,13 @@ documents", in the paragraph on filtering the training set with the same 13-gram
 ``gpt3_13gram`` config applies it to the overlap analysis too (``max_doc_frequency=10``: an n-gram in
 11 or more distinct documents is ignored, the paper's "more than 10"). The count is streamed, never a
 dict of the corpus: every match row carries the n-gram hash and the document id, and the rows of one
-example list *every* document containing each of its n-grams (only benchmark n-grams produce rows),
-so ``score`` counts distinct documents per n-gram exactly from the rows of the examples it scores. To
-keep common n-grams from flooding the pipeline, a match process stops emitting rows for an n-gram
-once *it* has seen it in more than ``max_doc_frequency`` documents: the rows already emitted prove
-it is over the limit, so the result is the same.
+example list *every* document containing each of its n-grams (only benchmark n-grams produce rows).
+``fold`` (issue #16: aggregate where the data is) turns them into one row per example whose
+per-n-gram document counts add up across batches (a document is matched in one batch) and stop at
+``max_doc_frequency + 1``, so ``score`` decides "over the limit" exactly from folded rows, raw rows
+or both. To keep common n-grams from flooding the pipeline, a match process stops emitting rows for
+an n-gram once *it* has seen it in more than ``max_doc_frequency`` documents: the rows already
+emitted prove it is over the limit, so the result is the same.
 
 Known deviations of ntunlp/LLMSanitize (``open_data_methods/gpt3.py``), where we follow the paper:
 it drops 13-grams found in >= 10 training documents (the paper: more than 10), always; its loop
@@ -41,8 +43,9 @@ words altogether, removing them from the denominator, where GPT-3 matched them w
 needs nltk's punkt data. Its PaLM (``palm.py``) counts an example's 8-grams with repeats and does not
 normalise text.
 
-Evidence: per example, the matched documents (``doc_ids``), the n-grams (``evidence``) and the word
-spans they cover in each document (``spans``: normalised-word offsets, first occurrences).
+Evidence: per example, the number of matched documents (``n_docs``), the first ``max_evidence`` of
+them (``doc_ids``), n-grams (``evidence``) and word spans they cover (``spans``: normalised-word
+offsets, first occurrences), all in sorted order, so the folded rows keep only that much.
 
 Which n-grams: as in huggingface/datatrove's ``NGramsDecontIndexer``, the example text is the input
 fields followed by the label fields (the verbalised example), and its n-grams are kept apart by
