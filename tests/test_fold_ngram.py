@@ -90,12 +90,14 @@ def _types(rows: list[dict[str, Any]]) -> dict[str, str]:
     return {row["record_id"]: row["contamination_type"] for row in rows}
 
 
-# known decisions of each config on the planted corpus
+# known decisions of each config on the planted corpus; a label-only copy is "label_only", an example
+# matched only through the phrase in 12 documents is "frequent_only" under GPT-3's limit of 10
+LO, FO = "label_only", "frequent_only"
 EXPECTED = {
-    "gpt3_13gram": {"full": IL, "question": IO, "partial": IO, "label": IL, "frequent": CLEAN, "short": IL},
-    "ngram13": {"full": IL, "question": IO, "partial": IO, "label": IL, "frequent": IO, "short": IL},
-    "gpt2_8gram": {"full": IL, "question": IO, "partial": IO, "label": IL, "frequent": IO, "short": IL},
-    "ngram8": {"full": IL, "question": IO, "partial": IO, "label": IL, "frequent": IO, "short": IL},
+    "gpt3_13gram": {"full": IL, "question": IO, "partial": IO, "label": LO, "frequent": FO, "short": IL},
+    "ngram13": {"full": IL, "question": IO, "partial": IO, "label": LO, "frequent": IO, "short": IL},
+    "gpt2_8gram": {"full": IL, "question": IO, "partial": IO, "label": LO, "frequent": IO, "short": IL},
+    "ngram8": {"full": IL, "question": IO, "partial": IO, "label": LO, "frequent": IO, "short": IL},
     # PaLM: 70 % of the 8-grams; partial 7 of 18, label 7 of 23, question 23 of 27, frequent 6 of 17
     "palm": {"full": IL, "question": IO, "partial": CLEAN, "label": CLEAN, "frequent": CLEAN, "short": IL},
     # exact match: whole inputs of at least 3 words, so the 3-word input of "tiny" is checked too
@@ -192,3 +194,34 @@ def test_match_rows_without_a_needed_column_are_named():
     del row["doc_offset"]
     with pytest.raises(ValueError, match="lacks doc_offset"):
         method.fold([row], cfg)
+
+
+# --------------------------------------------------------------------------- honest types (issue #16 item 5)
+
+
+def test_label_share_decides_input_and_label():
+    """The question copied with the first 3 of its 20 answer words: 3 overlap 13-grams touch the label,
+    which made it input_and_label; 3 of 20 label words (15 %) is input_only at the default 0.5."""
+    record = _rec("r", _text(random.Random(1), 20), _text(random.Random(2), 20))
+    words = f"{record.input} {record.label}".split()
+    docs = [{"doc_id": "d", "text": " ".join(words[:23])}]
+    for share, expected in ((0.5, IO), (0.15, IL), (0.2, IO)):
+        method, cfg = _config("ngram13", min_label_share=share)
+        (row,) = method.score([record], method.match(docs, method.build_index([record], cfg), cfg), cfg)
+        assert (row["matched_overlap"], row["matched_input_words"], row["matched_label_words"]) == (3, 20, 3)
+        assert row["contamination_type"] == expected
+    with pytest.raises(ValueError, match="min_label_share"):
+        _config("ngram13", min_label_share=0)
+
+
+def test_verdict_counts_label_only_and_frequent_only_apart():
+    method, cfg = _config("gpt3_13gram")
+    index = method.build_index(RECORDS, cfg)
+    rows = method.score(RECORDS, method.match(_corpus(), index, cfg), cfg)
+    frequent = next(r for r in rows if r["record_id"] == "frequent")
+    assert (frequent["contaminated"], frequent["matched_total"], frequent["matched_ignored"]) == (False, 0, 1)
+    details = method.reduce(rows, cfg).details
+    counts = {k: details[k] for k in ("n_input_only", "n_input_and_label", "n_label_only", "n_frequent_only")}
+    assert counts == {"n_input_only": 2, "n_input_and_label": 2, "n_label_only": 1, "n_frequent_only": 1}
+    assert details["n_clean"] == 2 and details["n_contaminated"] == 5  # tiny and clean; frequent is neither
+    assert details["label_only_rate"] == pytest.approx(1 / 8)

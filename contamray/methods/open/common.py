@@ -33,7 +33,8 @@ from contamray.methods.base import Method, Verdict
 from contamray.metrics.hash_lookup import SortedHashes
 from contamray.records import Record
 
-CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
+# "label_only" and "frequent_only": ngram_overlap's (issue #16 "honest types"); the others never give them
+CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label", "label_only", "frequent_only")
 TEXT_FIELDS = tuple(
     f.name for f in dataclasses.fields(Record) if f.type in ("str", str) and f.name not in ("id", "partition")
 )

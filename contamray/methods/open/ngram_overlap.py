@@ -50,9 +50,12 @@ offsets, first occurrences), all in sorted order, so the folded rows keep only t
 Which n-grams: as in huggingface/datatrove's ``NGramsDecontIndexer``, the example text is the input
 fields followed by the label fields (the verbalised example), and its n-grams are kept apart by
 region: wholly inside the input (``"input"``), wholly inside the label (``"label"``) and spanning the
-boundary (``"overlap"``). Matches only among input n-grams mean the question is in the corpus but
-not its answer (``contamination_type="input_only"``); any label or spanning match means the answer
-is there too (``"input_and_label"``). Counts are of *distinct* n-grams per region.
+boundary (``"overlap"``). Counts are of *distinct* n-grams per region. The type of a contaminated
+example follows where its matched words fall (issue #16, "honest types"): ``"input_only"`` when
+input words are matched and fewer than ``min_label_share`` of the label's, ``"input_and_label"``
+when at least that share of the label is matched too, ``"label_only"`` when no input word is (the
+answer alone is in the corpus). An example clean only because its matches were ignored as too
+frequent (``max_doc_frequency``) is ``"frequent_only"``, counted apart from ``"clean"``.
 
 Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (benchmark side, small,
 ``ray.put`` once) -> ``match`` (stateless, runs in CPU actors over corpus batches) -> ``score``
@@ -124,6 +127,11 @@ class NGramOverlapConfig:
       ignored (GPT-3 App. C: "We ignored 13-grams that matched more than 10 training documents" as
       "common cultural phrases, legal boilerplate"; ``10`` in ``conf/method/gpt3_13gram.yaml``);
       ``None`` (default) ignores nothing. The count is streamed: see ``match``.
+    - ``min_label_share``: the share of the label's words that must lie in matched grams for a
+      contaminated example to be ``input_and_label`` rather than ``input_only`` (default 0.5: at least
+      half of the answer is in the corpus with the question; one n-gram crossing into a 40-word
+      solution is not its answer). An example whose matched words are all label words is
+      ``label_only``. See ``match_type``.
     - ``partition_threshold``: the partition is called contaminated when the fraction of
       contaminated examples is *above* this (default 0.0: any dirty example, see ``reduce``).
     - ``max_evidence``: how many matched document ids and n-grams to keep per example.
@@ -138,6 +146,7 @@ class NGramOverlapConfig:
     min_words: int = 8
     min_fraction: float | None = None
     max_doc_frequency: int | None = None
+    min_label_share: float = 0.5
     partition_threshold: float = 0.0
     max_evidence: int = 5
 
@@ -158,6 +167,11 @@ class NGramOverlapConfig:
                     "min_fraction",
                     self.min_fraction is None or 0.0 < float(self.min_fraction) <= 1.0,
                     "null or a fraction in (0, 1] (0.7 PaLM)",
+                ),
+                (
+                    "min_label_share",
+                    0.0 < float(self.min_label_share) <= 1.0,
+                    "a fraction in (0, 1] (0.5)",
                 ),
                 (
                     "max_doc_frequency",
@@ -851,6 +865,8 @@ class _Found:
     """What one example's folded row shows once the ignored grams are left out."""
 
     matched: list[int]  # distinct grams per region
+    ignored: list[int]  # distinct grams per region ignored as too frequent
+    kept: set[tuple[int, int]]  # the grams (length, hash) matched and not ignored
     texts: list[str]  # sorted distinct evidence texts
     spans: list[tuple[str, int, int]]  # (doc_id, start, end) in words
     n_docs: int
@@ -858,10 +874,13 @@ class _Found:
 
 def _found(row: dict[str, Any] | None, ignored: set[tuple[int, int]], filtered: bool) -> _Found:
     if row is None:
-        return _Found([0, 0, 0], [], [], 0)
+        return _Found([0, 0, 0], [0, 0, 0], set(), [], [], 0)
     lens = row["gram_len"]
-    keep = [(length, value) not in ignored for length, value in zip(lens, row["gram_hash"], strict=True)]
-    matched = [sum(k and bool(m & bit) for k, m in zip(keep, row["gram_regions"], strict=True)) for bit in (1, 2, 4)]
+    grams = [(int(length), int(value)) for length, value in zip(lens, row["gram_hash"], strict=True)]
+    keep = [gram not in ignored for gram in grams]
+    regions = row["gram_regions"]
+    matched = [sum(k and bool(m & bit) for k, m in zip(keep, regions, strict=True)) for bit in (1, 2, 4)]
+    dropped = [sum(not k and bool(m & bit) for k, m in zip(keep, regions, strict=True)) for bit in (1, 2, 4)]
     texts = sorted({text for j, text in zip(row["text_gram"], row["text"], strict=True) if keep[j]})
     spans = [
         (doc, offset, offset + lens[j])
@@ -869,7 +888,55 @@ def _found(row: dict[str, Any] | None, ignored: set[tuple[int, int]], filtered: 
         if keep[j]
     ]
     n_docs = len({doc for doc, _, _ in spans}) if filtered else int(row["n_docs"])
-    return _Found(matched, texts, spans, n_docs)
+    kept = {gram for gram, k in zip(grams, keep, strict=True) if k}
+    return _Found(matched, dropped, kept, texts, spans, n_docs)
+
+
+def covered_words(record: Record, cfg: NGramOverlapConfig, grams: set[tuple[int, int]]) -> tuple[int, int, int, int]:
+    """(input words, label words, input words inside a matched gram, label words inside one).
+
+    ``grams`` are the matched grams ``(length, signed hash)``; a gram covers the words of every
+    position of the example where it starts (an example shorter than ``n`` has one gram, all of it).
+    """
+    wi = word_hashes(common.join_fields(record, cfg.input_fields), cfg.normalization)
+    wl = word_hashes(common.join_fields(record, cfg.label_fields), cfg.normalization)
+    ni, total = wi.shape[0], wi.shape[0] + wl.shape[0]
+    covered = np.zeros(total + 1, dtype=np.int64)
+    for length in {length for length, _ in grams}:
+        if length > total:
+            continue
+        starts = np.flatnonzero(
+            np.isin(as_signed(window_hashes(np.concatenate([wi, wl]), length)), [h for n, h in grams if n == length])
+        )
+        np.add.at(covered, starts, 1)
+        np.add.at(covered, starts + length, -1)
+    inside = np.cumsum(covered[:total]) > 0
+    return ni, total - ni, int(inside[:ni].sum()), int(inside[ni:].sum())
+
+
+def match_type(
+    contaminated: bool, frequent_only: bool, words: tuple[int, int, int, int], min_label_share: float
+) -> str:
+    """The contamination type from where the matched words fall (``words``: see ``covered_words``).
+
+    ``label_only``: no input word is matched (only the answer is in the corpus); ``input_and_label``:
+    input words are, and at least ``min_label_share`` of the label's words; ``input_only``: input
+    words are, fewer of the label's. Not contaminated: ``frequent_only`` when n-grams ignored as too
+    frequent (``max_doc_frequency``) would have made it contaminated, else ``clean``.
+    """
+    if not contaminated:
+        return "frequent_only" if frequent_only else "clean"
+    n_input, n_label, input_found, label_found = words
+    if not input_found:
+        return "label_only"
+    return "input_and_label" if n_label and label_found >= min_label_share * n_label else "input_only"
+
+
+def _decides(grams: ExampleGrams, matched: int, cfg: NGramOverlapConfig) -> bool:
+    """GPT-3's "any collision" (``min_matches``) and PaLM's ``min_fraction`` rule for ``matched`` grams."""
+    if grams.status not in (STATUS_NGRAMS, STATUS_WHOLE) or matched < cfg.min_matches:
+        return False
+    return cfg.min_fraction is None or matched >= cfg.min_fraction * sum(grams.counts)
 
 
 def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
@@ -878,11 +945,14 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
     ``matches`` are match rows, folded rows (``fold``, which ``score`` applies first) or both.
     ``n_ngrams`` and ``n_*_ngrams`` count the example's distinct grams per region; ``matched_*``
     how many of them were found in at least one corpus document; ``fraction_matched`` is
-    ``matched_total / n_ngrams`` (None when the example was not checked); ``n_docs`` counts the
-    matched documents, ``doc_ids`` and ``evidence`` keep up to ``max_evidence`` matched document ids
-    and n-grams (sorted); ``spans`` the word ranges the counted n-grams cover in the first
-    ``max_evidence`` documents (``{"doc_id", "start", "end", "unit"}``, at most ``max_evidence``).
-    With ``max_doc_frequency``, an n-gram in more than that many distinct documents is ignored (not
+    ``matched_total / n_ngrams`` (None when the example was not checked); ``matched_ignored`` the
+    grams found but ignored as too frequent; ``matched_input_words`` / ``matched_label_words`` how
+    many of a contaminated example's input and label words lie in matched grams (they set
+    ``contamination_type``: ``match_type``); ``n_docs`` counts the matched documents,
+    ``doc_ids`` and ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams
+    (sorted); ``spans`` the word ranges the counted n-grams cover in the first ``max_evidence``
+    documents (``{"doc_id", "start", "end", "unit"}``, at most ``max_evidence``). With
+    ``max_doc_frequency``, an n-gram in more than that many distinct documents is ignored (not
     matched, no evidence, its documents not counted unless another n-gram matched them).
     """
     folded = {row["record_id"]: row for row in fold(matches, cfg)}
@@ -893,10 +963,9 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
         counts, matched = grams.counts, found.matched
         total = sum(counts)
         matched_total = sum(matched)
-        checked = grams.status in (STATUS_NGRAMS, STATUS_WHOLE)
-        contaminated = checked and matched_total >= cfg.min_matches
-        if cfg.min_fraction is not None:
-            contaminated = contaminated and matched_total >= cfg.min_fraction * total
+        contaminated = _decides(grams, matched_total, cfg)
+        frequent_only = not contaminated and _decides(grams, matched_total + sum(found.ignored), cfg)
+        words = covered_words(record, cfg, found.kept) if contaminated else (0, 0, 0, 0)
         error = ""
         if grams.status == STATUS_EMPTY:
             fields = ", ".join(cfg.input_fields + cfg.label_fields)
@@ -916,7 +985,10 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
             "matched_label": matched[LABEL],
             "matched_overlap": matched[OVERLAP],
             "matched_total": matched_total,
+            "matched_ignored": sum(found.ignored),
             "fraction_matched": matched_total / total if total else None,
+            "matched_input_words": words[2],
+            "matched_label_words": words[3],
         }
         row = common.example_row(
             record,
@@ -930,9 +1002,22 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
             max_evidence=cfg.max_evidence,
             error=error,
         )
+        row["contamination_type"] = match_type(contaminated, frequent_only, words, cfg.min_label_share)
         row["n_docs"] = found.n_docs
         rows.append(row)
     return rows
+
+
+def _type_counts(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """The types ``open_verdict`` does not count: label-only examples (contaminated) and those clean
+    only because their n-grams were too frequent (not contaminated, not clean either)."""
+    out: dict[str, Any] = {}
+    for kind in ("label_only", "frequent_only"):
+        n = sum(r.get("contamination_type") == kind for r in ok)
+        out[f"n_{kind}"] = n
+        out[f"{kind}_rate"] = common.fraction(n, len(ok))
+    out["n_clean"] = sum(r.get("contamination_type") == "clean" for r in ok)
+    return out
 
 
 def _pct(part: int, whole: int) -> float:
@@ -950,9 +1035,10 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
     lifted to the partition, answering "is any of this partition in the corpus?". Random 13-word
     collisions are negligible, but the rule is deliberately sensitive: as GPT-3 App. C notes,
     benchmarks whose inputs come from the web (SQuAD, DROP) collide on the input alone, so
-    ``details`` separates the input-only and input-and-label rates (read the latter to see whether
-    answers leaked) and gives GPT-2's statistic, the percentage of the partition's n-grams found in
-    the corpus. ``p_value`` is None: this is a measurement, not a test.
+    ``details`` separates the input-only, input-and-label and label-only rates (read the latter two to
+    see whether answers leaked), counts the examples clean only because their n-grams were too
+    frequent (``n_frequent_only``, not in ``n_clean``), and gives GPT-2's statistic, the percentage of
+    the partition's n-grams found in the corpus. ``p_value`` is None: this is a measurement, not a test.
     """
     rows = common.table_rows(table)
     ok = [r for r in rows if not r.get("error")]
@@ -963,6 +1049,7 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
         rows,
         cfg.partition_threshold,
         details={
+            **_type_counts(ok),
             "n_too_short": sum(r.get("status") == STATUS_TOO_SHORT for r in ok),
             "n_whole_example": sum(r.get("status") == STATUS_WHOLE for r in ok),
             "n_ngrams": ngrams_total,
@@ -974,6 +1061,7 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
             "min_matches": cfg.min_matches,
             "min_fraction": cfg.min_fraction,
             "max_doc_frequency": cfg.max_doc_frequency,
+            "min_label_share": cfg.min_label_share,
             "normalization": cfg.normalization,
         },
     )
