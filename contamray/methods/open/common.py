@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -32,7 +33,8 @@ from contamray.methods.base import Method, Verdict
 from contamray.metrics.hash_lookup import SortedHashes
 from contamray.records import Record
 
-CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label")
+# "label_only" and "frequent_only": ngram_overlap's (issue #16 "honest types"); the others never give them
+CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label", "label_only", "frequent_only")
 TEXT_FIELDS = tuple(
     f.name for f in dataclasses.fields(Record) if f.type in ("str", str) and f.name not in ("id", "partition")
 )
@@ -423,3 +425,61 @@ def contains(haystack: np.ndarray, needle: np.ndarray, start: int = 0, stop: int
         if np.array_equal(haystack[p : p + n], needle):
             return int(p)
     return -1
+
+
+# fold helpers (foldA)
+
+
+def fold_input(rows: Any, mark: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``fold``'s input (match rows, folded rows or both, in any table form) split into (match rows,
+    folded rows); folded rows are those with the column ``mark``, which match rows never have."""
+    rows = rows if isinstance(rows, list) else table_rows(rows)
+    folded = [row for row in rows if mark in row]
+    return ([row for row in rows if mark not in row] if folded else rows), folded
+
+
+def columns_of(rows: list[dict[str, Any]], needed: Sequence[str], method: str) -> dict[str, list[Any]]:
+    """The ``needed`` columns of match rows as lists; a row without one is an error naming it."""
+    if not rows:
+        return {key: [] for key in needed}
+    try:
+        return dict(zip(needed, map(list, zip(*map(itemgetter(*needed), rows), strict=True)), strict=True))
+    except KeyError:
+        match_rows(rows, needed, method)  # raises, naming the first incomplete row
+        raise
+
+
+def value_codes(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+    """(sorted distinct values, each value's position among them): codes that sort like the values."""
+    distinct = sorted(set(values))
+    rank = {value: i for i, value in enumerate(distinct)}
+    return distinct, np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def rank_in_group(group: np.ndarray) -> np.ndarray:
+    """For a sorted ``group`` column: each row's position within its run of equal values (0, 1, ...)."""
+    if group.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.ones(group.shape[0], dtype=bool)
+    starts[1:] = group[1:] != group[:-1]
+    first = np.flatnonzero(starts)
+    return np.arange(group.shape[0]) - np.repeat(first, np.diff(np.append(first, group.shape[0])))
+
+
+def first_doc_hits(hits: Iterable[tuple[Any, ...]], limit: int) -> list[tuple[Any, ...]]:
+    """The hits (tuples starting with their ``doc_id``) of the first ``limit`` documents in ``doc_id``
+    order, sorted: the evidence a fold keeps of an example (``FOLD_CONTRACT`` 2)."""
+    hits = sorted(set(hits))
+    first = set(sorted({hit[0] for hit in hits})[:limit])
+    return [hit for hit in hits if hit[0] in first]
+
+
+def merged_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching ``[start, end)`` intervals merged, sorted (as ``merge_spans`` merges)."""
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]

@@ -171,16 +171,84 @@ def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) 
     return rows
 
 
+FOLD_MARK = "hit_doc"  # a column of every folded row and of no match row
+MATCH_COLUMNS = ("record_id", "doc_id", "start", "end", "label_found", "label_start", "label_end")
+
+
+def fold(rows: Any, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds' rows, or both) folded into one row per example (``FOLD_CONTRACT``).
+
+    A folded row keeps ``n_docs`` (documents holding the input: they add up, a document is matched in
+    one batch), ``label_found`` (any of them has the label after it) and the hits of the first
+    ``max_evidence`` documents in ``doc_id`` order: ``hit_doc``, ``hit_start`` / ``hit_end`` (the
+    input's words) and ``hit_label_start`` / ``hit_label_end`` (the label's, -1 when not found).
+    """
+    raw, folded = common.fold_input(rows, FOLD_MARK)
+    examples: dict[str, dict[str, Any]] = {}
+
+    def example(row: dict[str, Any]) -> dict[str, Any]:
+        new = {"partition": row.get("partition"), "n_docs": 0, "label_found": False, "hits": set()}
+        return examples.setdefault(str(row["record_id"]), new)
+
+    cols = common.columns_of(raw, MATCH_COLUMNS, NAME)
+    for row, _, doc, start, end, found, label_start, label_end in zip(raw, *cols.values(), strict=True):
+        found = bool(found)
+        hit = (str(doc), int(start), int(end), int(label_start) if found else -1, int(label_end) if found else -1)
+        ex = example(row)
+        ex["hits"].add(hit)
+        ex["label_found"] |= found
+    for ex in examples.values():  # match rows: one per (record, document)
+        ex["n_docs"] = len({hit[0] for hit in ex["hits"]})
+    for row in folded:
+        ex = example(row)
+        columns = ("hit_doc", "hit_start", "hit_end", "hit_label_start", "hit_label_end")
+        ex["hits"].update(
+            (str(d), int(s), int(e), int(ls), int(le))
+            for d, s, e, ls, le in zip(*(row[c] for c in columns), strict=True)
+        )
+        ex["n_docs"] += int(row["n_docs"])
+        ex["label_found"] |= bool(row["label_found"])
+    return [_folded_row(rid, examples[rid], cfg.max_evidence) for rid in sorted(examples)]
+
+
+def _folded_row(rid: str, example: dict[str, Any], max_evidence: int) -> dict[str, Any]:
+    hits = common.first_doc_hits(example["hits"], max_evidence)
+    return {
+        "record_id": rid,
+        "partition": example["partition"],
+        "n_docs": example["n_docs"],
+        "label_found": example["label_found"],
+        **{
+            column: [hit[i] for hit in hits]
+            for i, column in enumerate(("hit_doc", "hit_start", "hit_end", "hit_label_start", "hit_label_end"))
+        },
+    }
+
+
 def score(records: list[Record], matches: Any, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
-    """One row per example: found or not, input-only or with its label, documents and word spans."""
-    grouped = common.grouped_matches(records, matches, ("record_id", "doc_id", "start", "end", "label_found"), NAME)
+    """One row per example: found or not, input-only or with its label, documents and word spans.
+
+    ``matches`` are match rows, folded rows (``fold``, applied first) or both; ``spans`` are those of
+    the first ``max_evidence`` documents (``doc_id`` order), at most ``max_evidence`` of them.
+    """
+    folded = {row["record_id"]: row for row in fold(matches, cfg)}
     out = []
     for record in records:
         inp, lab = example_words(record, cfg)
-        hits = grouped.get(record.id, [])
+        found = folded.get(record.id)
+        hits = (
+            list(
+                zip(
+                    *(found[c] for c in ("hit_doc", "hit_start", "hit_end", "hit_label_start", "hit_label_end")),
+                    strict=True,
+                )
+            )
+            if found
+            else []
+        )
         checked = inp.shape[0] >= cfg.min_words
-        spans = [(h["doc_id"], h["start"], h["end"]) for h in hits]
-        spans += [(h["doc_id"], h["label_start"], h["label_end"]) for h in hits if h["label_found"]]
+        spans = [(doc, start, end) for doc, start, end, _, _ in hits]
+        spans += [(doc, start, end) for doc, _, _, start, end in hits if start >= 0]
         error = ""
         if inp.shape[0] == 0:
             error = (
@@ -193,19 +261,19 @@ def score(records: list[Record], matches: Any, cfg: ExactMatchConfig) -> list[di
             "n_input_words": int(inp.shape[0]),
             "n_label_words": int(lab.shape[0]),
         }
-        out.append(
-            common.example_row(
-                record,
-                columns,
-                contaminated=checked and bool(hits),
-                label_found=any(bool(h["label_found"]) for h in hits),
-                docs=(h["doc_id"] for h in hits),
-                spans=spans,
-                unit="word",
-                max_evidence=cfg.max_evidence,
-                error=error,
-            )
+        row = common.example_row(
+            record,
+            columns,
+            contaminated=checked and bool(found and found["n_docs"]),
+            label_found=bool(found and found["label_found"]),
+            docs=(hit[0] for hit in hits),
+            spans=spans,
+            unit="word",
+            max_evidence=cfg.max_evidence,
+            error=error,
         )
+        row["n_docs"] = int(found["n_docs"]) if found else 0
+        out.append(row)
     return out
 
 
@@ -235,4 +303,4 @@ class ExactMatch(common.OpenMethod):
         membership="contaminated",
     )
     Config = ExactMatchConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)

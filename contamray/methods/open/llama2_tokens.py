@@ -244,17 +244,79 @@ def buckets(share: float, cfg: Llama2TokensConfig) -> dict[str, bool]:
     }
 
 
+FOLD_MARK = "covered_start"  # a column of every folded row and of no match row
+MATCH_COLUMNS = ("record_id", "doc_id", "start", "end", "doc_start")
+
+
+def fold(rows: Any, cfg: Llama2TokensConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds' rows, or both) folded into one row per example (``FOLD_CONTRACT``).
+
+    A folded row keeps the example's contaminated tokens as merged ``[covered_start, covered_end)``
+    ranges (at most half its tokens many), ``n_docs`` (matched documents: they add up, a document is
+    matched in one batch) and the document-side spans of the first ``max_evidence`` documents in
+    ``doc_id`` order, merged per document, at most ``max_evidence`` each (``hit_doc``, ``hit_start``,
+    ``hit_end``, in tokens): all that ``score`` shows.
+    """
+    raw, folded = common.fold_input(rows, FOLD_MARK)
+    examples: dict[str, dict[str, Any]] = {}
+    cols = common.columns_of(raw, MATCH_COLUMNS, NAME)
+    for row, _, doc, start, end, doc_start in zip(raw, *cols.values(), strict=True):
+        example = _example(examples, row)
+        example["covered"].append((int(start), int(end)))
+        example["hits"].append((str(doc), int(doc_start), int(doc_start) + int(end) - int(start)))
+    for example in examples.values():  # match rows: documents counted once
+        example["n_docs"] = len({hit[0] for hit in example["hits"]})
+    for row in folded:
+        example = _example(examples, row)
+        example["covered"] += zip(map(int, row["covered_start"]), map(int, row["covered_end"]), strict=True)
+        hits = zip(row["hit_doc"], row["hit_start"], row["hit_end"], strict=True)
+        example["hits"] += ((str(d), int(s), int(e)) for d, s, e in hits)
+        example["n_docs"] += int(row["n_docs"])
+    return [_folded_row(rid, examples[rid], cfg.max_evidence) for rid in sorted(examples)]
+
+
+def _example(examples: dict[str, dict[str, Any]], row: dict[str, Any]) -> dict[str, Any]:
+    new = {"partition": row.get("partition"), "n_docs": 0, "covered": [], "hits": []}
+    return examples.setdefault(str(row["record_id"]), new)
+
+
+def _folded_row(rid: str, example: dict[str, Any], max_evidence: int) -> dict[str, Any]:
+    by_doc: dict[str, list[tuple[int, int]]] = {}
+    for doc, start, end in example["hits"]:
+        by_doc.setdefault(doc, []).append((start, end))
+    hits = [
+        (doc, start, end)
+        for doc in sorted(by_doc)[:max_evidence]
+        for start, end in common.merged_intervals(by_doc[doc])[:max_evidence]
+    ]
+    covered = common.merged_intervals(example["covered"])
+    return {
+        "record_id": rid,
+        "partition": example["partition"],
+        "n_docs": example["n_docs"],
+        "covered_start": [start for start, _ in covered],
+        "covered_end": [end for _, end in covered],
+        "hit_doc": [doc for doc, _, _ in hits],
+        "hit_start": [start for _, start, _ in hits],
+        "hit_end": [end for _, _, end in hits],
+    }
+
+
 def score(records: list[Record], matches: Any, cfg: Llama2TokensConfig) -> list[dict[str, Any]]:
-    """One row per example: contaminated-token share, the four buckets, type, documents and spans."""
-    grouped = common.grouped_matches(records, matches, ("record_id", "doc_id", "start", "end", "doc_start"), NAME)
+    """One row per example: contaminated-token share, the four buckets, type, documents and spans.
+
+    ``matches`` are match rows, folded rows (``fold``, applied first) or both; ``spans`` are those of
+    the first ``max_evidence`` documents (``doc_id`` order), at most ``max_evidence`` of them.
+    """
+    folded = {row["record_id"]: row for row in fold(matches, cfg)}
     out = []
     for record in records:
         tokens, boundary = example_tokens(record, cfg)
         n = int(tokens.shape[0])
         mask = np.zeros(n, dtype=bool)
-        hits = grouped.get(record.id, [])
-        for h in hits:
-            mask[int(h["start"]) : int(h["end"])] = True
+        found = folded.get(record.id)
+        for start, end in zip(found["covered_start"], found["covered_end"], strict=True) if found else ():
+            mask[int(start) : int(end)] = True
         share = float(mask.mean()) if n else 0.0
         flags = buckets(share, cfg)
         error = ""
@@ -270,22 +332,20 @@ def score(records: list[Record], matches: Any, cfg: Llama2TokensConfig) -> list[
             "contaminated_share": share,
             **{f"is_{name}": bool(flags[name]) and bool(n) for name in BUCKETS},
         }
-        out.append(
-            common.example_row(
-                record,
-                columns,
-                contaminated=bool(n) and flags["dirty"],
-                label_found=bool(mask[boundary:].any()),
-                docs=(h["doc_id"] for h in hits),
-                spans=(
-                    (h["doc_id"], h["doc_start"], int(h["doc_start"]) + int(h["end"]) - int(h["start"]))
-                    for h in hits
-                ),
-                unit="token",
-                max_evidence=cfg.max_evidence,
-                error=error,
-            )
+        hits = list(zip(found["hit_doc"], found["hit_start"], found["hit_end"], strict=True)) if found else []
+        row = common.example_row(
+            record,
+            columns,
+            contaminated=bool(n) and flags["dirty"],
+            label_found=bool(mask[boundary:].any()),
+            docs=(doc for doc, _, _ in hits),
+            spans=hits,
+            unit="token",
+            max_evidence=cfg.max_evidence,
+            error=error,
         )
+        row["n_docs"] = int(found["n_docs"]) if found else 0
+        out.append(row)
     return out
 
 
@@ -294,8 +354,7 @@ def reduce(table: Any, cfg: Llama2TokensConfig) -> Verdict:
     rows = [r for r in common.table_rows(table)]
     ok = [r for r in rows if not r.get("error")]
     details: dict[str, Any] = {
-        f"{name}_rate": common.fraction(sum(bool(r.get(f"is_{name}")) for r in ok), len(ok))
-        for name in BUCKETS
+        f"{name}_rate": common.fraction(sum(bool(r.get(f"is_{name}")) for r in ok), len(ok)) for name in BUCKETS
     }
     details.update(
         {
@@ -325,4 +384,4 @@ class Llama2Tokens(common.OpenMethod):
         membership="contaminated_share",
     )
     Config = Llama2TokensConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)

@@ -28,11 +28,13 @@ documents", in the paragraph on filtering the training set with the same 13-gram
 ``gpt3_13gram`` config applies it to the overlap analysis too (``max_doc_frequency=10``: an n-gram in
 11 or more distinct documents is ignored, the paper's "more than 10"). The count is streamed, never a
 dict of the corpus: every match row carries the n-gram hash and the document id, and the rows of one
-example list *every* document containing each of its n-grams (only benchmark n-grams produce rows),
-so ``score`` counts distinct documents per n-gram exactly from the rows of the examples it scores. To
-keep common n-grams from flooding the pipeline, a match process stops emitting rows for an n-gram
-once *it* has seen it in more than ``max_doc_frequency`` documents: the rows already emitted prove
-it is over the limit, so the result is the same.
+example list *every* document containing each of its n-grams (only benchmark n-grams produce rows).
+``fold`` (issue #16: aggregate where the data is) turns them into one row per example whose
+per-n-gram document counts add up across batches (a document is matched in one batch) and stop at
+``max_doc_frequency + 1``, so ``score`` decides "over the limit" exactly from folded rows, raw rows
+or both. To keep common n-grams from flooding the pipeline, a match process stops emitting rows for
+an n-gram once *it* has seen it in more than ``max_doc_frequency`` documents: the rows already
+emitted prove it is over the limit, so the result is the same.
 
 Known deviations of ntunlp/LLMSanitize (``open_data_methods/gpt3.py``), where we follow the paper:
 it drops 13-grams found in >= 10 training documents (the paper: more than 10), always; its loop
@@ -41,15 +43,19 @@ words altogether, removing them from the denominator, where GPT-3 matched them w
 needs nltk's punkt data. Its PaLM (``palm.py``) counts an example's 8-grams with repeats and does not
 normalise text.
 
-Evidence: per example, the matched documents (``doc_ids``), the n-grams (``evidence``) and the word
-spans they cover in each document (``spans``: normalised-word offsets, first occurrences).
+Evidence: per example, the number of matched documents (``n_docs``), the first ``max_evidence`` of
+them (``doc_ids``), n-grams (``evidence``) and word spans they cover (``spans``: normalised-word
+offsets, first occurrences), all in sorted order, so the folded rows keep only that much.
 
 Which n-grams: as in huggingface/datatrove's ``NGramsDecontIndexer``, the example text is the input
 fields followed by the label fields (the verbalised example), and its n-grams are kept apart by
 region: wholly inside the input (``"input"``), wholly inside the label (``"label"``) and spanning the
-boundary (``"overlap"``). Matches only among input n-grams mean the question is in the corpus but
-not its answer (``contamination_type="input_only"``); any label or spanning match means the answer
-is there too (``"input_and_label"``). Counts are of *distinct* n-grams per region.
+boundary (``"overlap"``). Counts are of *distinct* n-grams per region. The type of a contaminated
+example follows where its matched words fall (issue #16, "honest types"): ``"input_only"`` when
+input words are matched and fewer than ``min_label_share`` of the label's, ``"input_and_label"``
+when at least that share of the label is matched too, ``"label_only"`` when no input word is (the
+answer alone is in the corpus). An example clean only because its matches were ignored as too
+frequent (``max_doc_frequency``) is ``"frequent_only"``, counted apart from ``"clean"``.
 
 Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (benchmark side, small,
 ``ray.put`` once) -> ``match`` (stateless, runs in CPU actors over corpus batches) -> ``score``
@@ -59,8 +65,8 @@ Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (bench
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -125,6 +131,11 @@ class NGramOverlapConfig:
       ignored (GPT-3 App. C: "We ignored 13-grams that matched more than 10 training documents" as
       "common cultural phrases, legal boilerplate"; ``10`` in ``conf/method/gpt3_13gram.yaml``);
       ``None`` (default) ignores nothing. The count is streamed: see ``match``.
+    - ``min_label_share``: the share of the label's words that must lie in matched grams for a
+      contaminated example to be ``input_and_label`` rather than ``input_only`` (default 0.5: at least
+      half of the answer is in the corpus with the question; one n-gram crossing into a 40-word
+      solution is not its answer). An example whose matched words are all label words is
+      ``label_only``. See ``match_type``.
     - ``partition_threshold``: the partition is called contaminated when the fraction of
       contaminated examples is *above* this (default 0.0: any dirty example, see ``reduce``).
     - ``max_evidence``: how many matched document ids and n-grams to keep per example.
@@ -140,6 +151,7 @@ class NGramOverlapConfig:
     min_words: int = 8
     min_fraction: float | None = None
     max_doc_frequency: int | None = None
+    min_label_share: float = 0.5
     partition_threshold: float = 0.0
     max_evidence: int = 5
 
@@ -161,6 +173,11 @@ class NGramOverlapConfig:
                     "min_fraction",
                     self.min_fraction is None or 0.0 < float(self.min_fraction) <= 1.0,
                     "null or a fraction in (0, 1] (0.7 PaLM)",
+                ),
+                (
+                    "min_label_share",
+                    0.0 < float(self.min_label_share) <= 1.0,
+                    "a fraction in (0, 1] (0.5)",
                 ),
                 (
                     "max_doc_frequency",
@@ -586,73 +603,380 @@ def _rows(
     return rows
 
 
+# --------------------------------------------------------------------------- folding (issue #16)
+
+FOLD_MARK = "gram_hash"  # a column of every folded row and of no match row
+REGION_BITS = {name: 1 << i for i, name in enumerate(REGIONS)}
+MATCH_COLUMNS = ("record_id", "doc_id", "region", "ngram_hash", "ngram_len", "doc_offset", "ngram")
+
+
+def fold(rows: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds' rows, or both) folded into one row per example (``FOLD_CONTRACT``).
+
+    A folded row keeps, per matched gram (``gram_len``, ``gram_hash``, sorted): ``gram_regions`` (bits
+    1 input, 2 label, 4 overlap) and ``gram_docs`` (distinct documents, capped at ``max_doc_frequency +
+    1``: ``score`` only asks "more than the limit?"; 1 without the filter: "found at all" is all GPT-3's
+    any-collision and PaLM's fraction ask); evidence texts ``text`` of grams ``text_gram`` (an index into
+    the grams); hits ``hit_gram`` / ``hit_doc`` / ``hit_offset`` (where a gram lies in a document, in
+    words), both sorted; and ``n_docs``.
+
+    Without ``max_doc_frequency``: the hits of the first ``max_evidence`` documents (``doc_id``
+    order), the example's first ``max_evidence`` texts, and ``n_docs`` adds up (a document is matched
+    in one batch). With it, a document counts only through grams that stay under the limit, known at
+    the end: the hits and texts of grams already over it are dropped (a document left without hits
+    with them), the others kept (at most ``max_doc_frequency`` documents per gram, so at most the
+    example's grams times that), and ``n_docs`` counts the documents of the hits kept.
+
+    Match rows are folded as columns (``_fold_matches``: a batch's rows, the cost that matters), then
+    merged with the folded rows (``_merge``).
+    """
+    raw, folded = common.fold_input(rows, FOLD_MARK)
+    fresh = _fold_matches(raw, cfg) if raw else []
+    if not folded:
+        return fresh
+    return _merge(fresh + folded, cfg)
+
+
+def _kept_texts(pairs: Iterable[tuple[Any, str]], frequent: Container[Any], limit: int, per_gram: bool) -> list:
+    """The evidence texts kept, ``(gram, text)`` sorted: the example's first ``limit`` texts (``score``
+    shows no more), or, ``per_gram`` (when any gram may turn out to be ignored), each gram's first
+    ``limit``; none of the ``frequent`` grams."""
+    pairs = sorted({(gram, text) for gram, text in pairs if gram not in frequent})
+    if per_gram:
+        kept, taken = [], {}
+        for gram, text in pairs:
+            taken[gram] = taken.get(gram, 0) + 1
+            if taken[gram] <= limit:
+                kept.append((gram, text))
+        return kept
+    first = set(sorted({text for _, text in pairs})[:limit])
+    return [(gram, text) for gram, text in pairs if text in first]
+
+
+# the match rows of a batch, as columns
+
+
+def _changes(*columns: np.ndarray) -> np.ndarray:
+    """True where a row of sorted ``columns`` differs from the previous one (and for the first row)."""
+    new = np.zeros(columns[0].shape[0], dtype=bool)
+    new[:1] = True
+    for column in columns:
+        new[1:] |= column[1:] != column[:-1]
+    return new
+
+
+@dataclass
+class _Columns:
+    """Match rows as sorted columns (record, gram, text, document, offset order): ids as codes that sort
+    like them (``record_ids[rec]``, ...); ``gram`` numbers the distinct (record, gram) pairs."""
+
+    record_ids: list[str]
+    doc_ids: list[str]
+    texts: list[str]
+    partitions: dict[str, Any]
+    col: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, raw: list[dict[str, Any]]) -> _Columns:
+        cols = common.columns_of(raw, MATCH_COLUMNS, NAME)
+        record_ids, rec = common.value_codes(cols["record_id"])
+        doc_ids, doc = common.value_codes(cols["doc_id"])
+        texts, text = common.value_codes(cols["ngram"])
+        n = len(raw)
+        col = {
+            "rec": rec,
+            "len": np.fromiter(cols["ngram_len"], dtype=np.int64, count=n),
+            "hash": np.fromiter(cols["ngram_hash"], dtype=np.int64, count=n),
+            "doc": doc,
+            "off": np.fromiter(cols["doc_offset"], dtype=np.int64, count=n),
+            "bit": np.fromiter(map(REGION_BITS.__getitem__, cols["region"]), dtype=np.int64, count=n),
+            "text": text,
+        }
+        # a (record, gram, document) has one text: that of its first occurrence, in every region
+        order = np.lexsort((col["off"], col["doc"], col["text"], col["hash"], col["len"], col["rec"]))
+        col = {key: value[order] for key, value in col.items()}
+        col["gram"] = np.cumsum(_changes(col["rec"], col["len"], col["hash"])) - 1
+        first = np.flatnonzero(_changes(col["rec"]))
+        partitions = {record_ids[col["rec"][i]]: raw[order[i]].get("partition") for i in first.tolist()}
+        return cls(record_ids, doc_ids, texts, partitions, col)
+
+
+def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_set)`` for a sorted ``sorted_set``, without ``isin``'s overhead."""
+    at = np.minimum(np.searchsorted(sorted_set, values), max(sorted_set.shape[0] - 1, 0))
+    return sorted_set[at] == values if sorted_set.shape[0] else np.zeros(values.shape[0], dtype=bool)
+
+
+def _gram_table(c: _Columns, cfg: NGramOverlapConfig) -> dict[str, np.ndarray]:
+    """Per (record, gram): its region bits, its documents (capped, see ``fold``), over the limit or not."""
+    col = c.col
+    starts = np.flatnonzero(_changes(col["gram"]))
+    docs = np.add.reduceat(_changes(col["gram"], col["doc"]).astype(np.int64), starts)
+    limit = cfg.max_doc_frequency
+    return {
+        "rec": col["rec"][starts],
+        "len": col["len"][starts],
+        "hash": col["hash"][starts],
+        "mask": np.bitwise_or.reduceat(col["bit"], starts),
+        "docs": np.minimum(docs, 1 if limit is None else limit + 1),
+        "frequent": docs > limit if limit is not None else np.zeros(starts.shape[0], dtype=bool),
+    }
+
+
+def _hit_table(c: _Columns, frequent: np.ndarray, cfg: NGramOverlapConfig) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The hits kept, one per (record, gram, document, offset) in that order, and documents per record."""
+    col = c.col
+    keep = _changes(col["gram"], col["doc"], col["off"]) & ~frequent[col["gram"]]
+    hit = {key: col[key][keep] for key in ("rec", "doc", "gram", "off")}
+    n_doc = len(c.doc_ids)
+    pairs = np.unique(hit["rec"] * n_doc + hit["doc"])  # (record, document), sorted
+    n_docs = np.bincount(pairs // n_doc, minlength=len(c.record_ids))
+    if cfg.max_doc_frequency is None:  # the first max_evidence documents of each record
+        first = pairs[common.rank_in_group(pairs // n_doc) < cfg.max_evidence]
+        kept = _member(hit["rec"] * n_doc + hit["doc"], first)
+        hit = {key: value[kept] for key, value in hit.items()}
+    return hit, n_docs
+
+
+def _text_table(c: _Columns, grams: dict[str, np.ndarray], cfg: NGramOverlapConfig) -> tuple[np.ndarray, list[str]]:
+    """The evidence texts kept (``_kept_texts``), sorted by (record, gram, text): (gram, text)."""
+    n_text = len(c.texts)
+    starts = np.flatnonzero(_changes(c.col["gram"], c.col["text"]))
+    gram, text = c.col["gram"][starts], c.col["text"][starts]  # sorted by gram, then text
+    if cfg.max_doc_frequency is not None:  # each gram's first texts, none of a frequent gram
+        keep = (common.rank_in_group(gram) < cfg.max_evidence) & ~grams["frequent"][gram]
+    else:  # each record's first distinct texts
+        rec = grams["rec"][gram]
+        firsts = np.unique(rec * n_text + text)
+        firsts = firsts[common.rank_in_group(firsts // n_text) < cfg.max_evidence]
+        keep = _member(rec * n_text + text, firsts)
+    return gram[keep], [c.texts[t] for t in text[keep].tolist()]
+
+
+def _fold_matches(raw: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """``fold`` of match rows only, with column operations; one row per record, in record id order."""
+    c = _Columns.of(raw)
+    grams = _gram_table(c, cfg)
+    hit, n_docs = _hit_table(c, grams["frequent"], cfg)
+    text_gram, texts = _text_table(c, grams, cfg)
+    n_rec = len(c.record_ids)
+    gram_at = np.searchsorted(grams["rec"], np.arange(n_rec + 1))
+    hit_at = np.searchsorted(hit["rec"], np.arange(n_rec + 1)).tolist()
+    text_at = np.searchsorted(text_gram, gram_at).tolist()
+    values = {key: grams[key].tolist() for key in ("len", "hash", "mask", "docs")}
+    hit_doc = [c.doc_ids[d] for d in hit["doc"].tolist()]
+    hit_gram, hit_off = (hit["gram"] - gram_at[hit["rec"]]).tolist(), hit["off"].tolist()
+    text_gram = (text_gram - gram_at[grams["rec"][text_gram]]).tolist()
+    gram_at = gram_at.tolist()
+    out = []
+    for r in np.unique(grams["rec"]).tolist():
+        g0, g1, h0, h1, t0, t1 = gram_at[r], gram_at[r + 1], hit_at[r], hit_at[r + 1], text_at[r], text_at[r + 1]
+        out.append(
+            {
+                "record_id": c.record_ids[r],
+                "partition": c.partitions[c.record_ids[r]],
+                "n_docs": int(n_docs[r]),
+                "gram_len": values["len"][g0:g1],
+                "gram_hash": values["hash"][g0:g1],
+                "gram_regions": values["mask"][g0:g1],
+                "gram_docs": values["docs"][g0:g1],
+                "text_gram": text_gram[t0:t1],
+                "text": texts[t0:t1],
+                "hit_gram": hit_gram[h0:h1],
+                "hit_doc": hit_doc[h0:h1],
+                "hit_offset": hit_off[h0:h1],
+            }
+        )
+    return out
+
+
+# folded rows, merged per example
+
+Gram = tuple[int, int]  # (length in words, hash as signed int64)
+
+
+@dataclass
+class _Example:
+    """One example's folded rows, merged: per gram its region bits and documents; evidence texts,
+    hits (doc_id, gram, word offset) and the documents the rows counted."""
+
+    partition: Any
+    regions: dict[Gram, int] = field(default_factory=dict)
+    docs: dict[Gram, int] = field(default_factory=dict)
+    texts: set[tuple[Gram, str]] = field(default_factory=set)
+    hits: set[tuple[Gram, str, int]] = field(default_factory=set)
+    n_docs: int = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Add a folded row: gram documents add up (the rows' documents differ, ``FOLD_CONTRACT``)."""
+        grams = [(int(n), int(h)) for n, h in zip(row["gram_len"], row["gram_hash"], strict=True)]
+        for gram, bits, docs in zip(grams, row["gram_regions"], row["gram_docs"], strict=True):
+            self.regions[gram] = self.regions.get(gram, 0) | int(bits)
+            self.docs[gram] = self.docs.get(gram, 0) + int(docs)
+        self.texts.update((grams[int(j)], str(text)) for j, text in zip(row["text_gram"], row["text"], strict=True))
+        hits = zip(row["hit_gram"], row["hit_doc"], row["hit_offset"], strict=True)
+        self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits)
+        self.n_docs += int(row["n_docs"])
+
+    def row(self, rid: str, cfg: NGramOverlapConfig) -> dict[str, Any]:
+        """The merged folded row, lists in the order ``_fold_matches`` gives them."""
+        limit = cfg.max_doc_frequency
+        grams = sorted(self.regions)
+        docs = [min(self.docs[g], 1 if limit is None else limit + 1) for g in grams]
+        frequent = {g for g, count in zip(grams, docs, strict=True) if limit is not None and count > limit}
+        texts = _kept_texts(self.texts, frequent, cfg.max_evidence, limit is not None)
+        hits = [(doc, gram, offset) for gram, doc, offset in self.hits if gram not in frequent]
+        n_docs = self.n_docs if limit is None else len({doc for doc, _, _ in hits})
+        if limit is None:  # the first max_evidence documents
+            hits = common.first_doc_hits(hits, cfg.max_evidence)
+        hits = sorted((gram, doc, offset) for doc, gram, offset in hits)
+        position = {g: i for i, g in enumerate(grams)}
+        return {
+            "record_id": rid,
+            "partition": self.partition,
+            "n_docs": n_docs,
+            "gram_len": [g[0] for g in grams],
+            "gram_hash": [g[1] for g in grams],
+            "gram_regions": [self.regions[g] for g in grams],
+            "gram_docs": docs,
+            "text_gram": [position[gram] for gram, _ in texts],
+            "text": [text for _, text in texts],
+            "hit_gram": [position[h[0]] for h in hits],
+            "hit_doc": [h[1] for h in hits],
+            "hit_offset": [h[2] for h in hits],
+        }
+
+
+def _merge(folded: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
+    """Folded rows merged into one per example, in record id order."""
+    examples: dict[str, _Example] = {}
+    for row in folded:
+        rid = str(row["record_id"])
+        examples.setdefault(rid, _Example(row.get("partition"))).add(row)
+    return [examples[rid].row(rid, cfg) for rid in sorted(examples)]
+
+
 # --------------------------------------------------------------------------- scoring and reduction
 
 
-def _match_columns(matches: Any) -> dict[str, list[Any]]:
-    """Matches as columns, from a list of row dicts, a pandas DataFrame, an Arrow table or columns."""
-    needed = ("record_id", "doc_id", "region", "ngram_hash", "ngram_len", "doc_offset", "ngram")
-    if matches is None:
-        return {k: [] for k in needed}
-    if hasattr(matches, "to_pydict"):  # pyarrow.Table
-        matches = matches.to_pydict()
-    elif hasattr(matches, "to_dict") and hasattr(matches, "columns"):  # pandas.DataFrame
-        matches = {c: matches[c].tolist() for c in matches.columns}
-    if isinstance(matches, dict):
-        missing = [k for k in needed if k not in matches]
-        if missing and any(len(v) for v in matches.values()):
-            raise ValueError(f"{NAME}.score: match columns {', '.join(missing)} are missing")
-        return {k: list(matches.get(k, [])) for k in needed}
-    rows = common.match_rows(matches, needed, NAME)
-    return {k: [row[k] for row in rows] for k in needed}
+def _ignored(folded: dict[str, dict[str, Any]], records: Sequence[Record], limit: int | None) -> set[tuple[int, int]]:
+    """Grams ``(length, hash)`` in more than ``limit`` documents, counted over ``records``' rows."""
+    if limit is None:
+        return set()
+    docs: dict[tuple[int, int], int] = {}
+    for record in records:
+        row = folded.get(record.id)
+        for gram in zip(row["gram_len"], row["gram_hash"], row["gram_docs"], strict=True) if row else ():
+            docs[gram[:2]] = max(docs.get(gram[:2], 0), gram[2])
+    return {gram for gram, count in docs.items() if count > limit}
+
+
+@dataclass
+class _Found:
+    """What one example's folded row shows once the ignored grams are left out."""
+
+    matched: list[int]  # distinct grams per region
+    ignored: list[int]  # distinct grams per region ignored as too frequent
+    kept: set[tuple[int, int]]  # the grams (length, hash) matched and not ignored
+    texts: list[str]  # sorted distinct evidence texts
+    spans: list[tuple[str, int, int]]  # (doc_id, start, end) in words
+    n_docs: int
+
+
+def _found(row: dict[str, Any] | None, ignored: set[tuple[int, int]], filtered: bool) -> _Found:
+    if row is None:
+        return _Found([0, 0, 0], [0, 0, 0], set(), [], [], 0)
+    lens = row["gram_len"]
+    grams = [(int(length), int(value)) for length, value in zip(lens, row["gram_hash"], strict=True)]
+    keep = [gram not in ignored for gram in grams]
+    regions = row["gram_regions"]
+    matched = [sum(k and bool(m & bit) for k, m in zip(keep, regions, strict=True)) for bit in (1, 2, 4)]
+    dropped = [sum(not k and bool(m & bit) for k, m in zip(keep, regions, strict=True)) for bit in (1, 2, 4)]
+    texts = sorted({text for j, text in zip(row["text_gram"], row["text"], strict=True) if keep[j]})
+    spans = [
+        (doc, offset, offset + lens[j])
+        for j, doc, offset in zip(row["hit_gram"], row["hit_doc"], row["hit_offset"], strict=True)
+        if keep[j]
+    ]
+    n_docs = len({doc for doc, _, _ in spans}) if filtered else int(row["n_docs"])
+    kept = {gram for gram, k in zip(grams, keep, strict=True) if k}
+    return _Found(matched, dropped, kept, texts, spans, n_docs)
+
+
+def covered_words(record: Record, cfg: NGramOverlapConfig, grams: set[tuple[int, int]]) -> tuple[int, int, int, int]:
+    """(input words, label words, input words inside a matched gram, label words inside one).
+
+    ``grams`` are the matched grams ``(length, signed hash)``; a gram covers the words of every
+    position of the example where it starts (an example shorter than ``n`` has one gram, all of it).
+    """
+    wi = word_hashes(common.join_fields(record, cfg.input_fields), cfg.normalization)
+    wl = word_hashes(common.join_fields(record, cfg.label_fields), cfg.normalization)
+    ni, total = wi.shape[0], wi.shape[0] + wl.shape[0]
+    covered = np.zeros(total + 1, dtype=np.int64)
+    for length in {length for length, _ in grams}:
+        if length > total:
+            continue
+        starts = np.flatnonzero(
+            np.isin(as_signed(window_hashes(np.concatenate([wi, wl]), length)), [h for n, h in grams if n == length])
+        )
+        np.add.at(covered, starts, 1)
+        np.add.at(covered, starts + length, -1)
+    inside = np.cumsum(covered[:total]) > 0
+    return ni, total - ni, int(inside[:ni].sum()), int(inside[ni:].sum())
+
+
+def match_type(
+    contaminated: bool, frequent_only: bool, words: tuple[int, int, int, int], min_label_share: float
+) -> str:
+    """The contamination type from where the matched words fall (``words``: see ``covered_words``).
+
+    ``label_only``: no input word is matched (only the answer is in the corpus); ``input_and_label``:
+    input words are, and at least ``min_label_share`` of the label's words; ``input_only``: input
+    words are, fewer of the label's. Not contaminated: ``frequent_only`` when n-grams ignored as too
+    frequent (``max_doc_frequency``) would have made it contaminated, else ``clean``.
+    """
+    if not contaminated:
+        return "frequent_only" if frequent_only else "clean"
+    n_input, n_label, input_found, label_found = words
+    if not input_found:
+        return "label_only"
+    return "input_and_label" if n_label and label_found >= min_label_share * n_label else "input_only"
+
+
+def _decides(grams: ExampleGrams, matched: int, cfg: NGramOverlapConfig) -> bool:
+    """GPT-3's "any collision" (``min_matches``) and PaLM's ``min_fraction`` rule for ``matched`` grams."""
+    if grams.status not in (STATUS_NGRAMS, STATUS_WHOLE) or matched < cfg.min_matches:
+        return False
+    return cfg.min_fraction is None or matched >= cfg.min_fraction * sum(grams.counts)
 
 
 def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     """One row per example (matched or not); see the columns below and the module docstring.
 
+    ``matches`` are match rows, folded rows (``fold``, which ``score`` applies first) or both.
     ``n_ngrams`` and ``n_*_ngrams`` count the example's distinct grams per region; ``matched_*``
     how many of them were found in at least one corpus document; ``fraction_matched`` is
-    ``matched_total / n_ngrams`` (None when the example was not checked); ``doc_ids`` and
-    ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams (sorted); ``spans`` the
-    word ranges of the documents the counted n-grams cover (``{"doc_id", "start", "end", "unit"}``).
-    With ``max_doc_frequency``, an n-gram whose rows name more than that many distinct documents is
-    ignored (not matched, no evidence).
+    ``matched_total / n_ngrams`` (None when the example was not checked); ``matched_ignored`` the
+    grams found but ignored as too frequent; ``matched_input_words`` / ``matched_label_words`` how
+    many of a contaminated example's input and label words lie in matched grams (they set
+    ``contamination_type``: ``match_type``); ``n_docs`` counts the matched documents,
+    ``doc_ids`` and ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams
+    (sorted); ``spans`` the word ranges the counted n-grams cover in the first ``max_evidence``
+    documents (``{"doc_id", "start", "end", "unit"}``, at most ``max_evidence``). With
+    ``max_doc_frequency``, an n-gram in more than that many distinct documents is ignored (not
+    matched, no evidence, its documents not counted unless another n-gram matched them).
     """
-    cols = _match_columns(matches)
-    wanted = {r.id for r in records}
-    # matched grams per (record, region) and docs per record; a gram is (length, hash)
-    grams_by_record: dict[str, list[set[tuple[int, int]]]] = {}
-    docs_by_record: dict[str, set[str]] = {}
-    evidence_by_record: dict[str, set[str]] = {}
-    docs_by_gram: dict[tuple[int, int], set[str]] = {}
-    spans_by_record: dict[str, list[tuple[str, int, int]]] = {}
-    keep = [i for i, rid in enumerate(cols["record_id"]) if rid in wanted]
-    if cfg.max_doc_frequency is not None:
-        for i in keep:
-            gram = (int(cols["ngram_len"][i]), int(cols["ngram_hash"][i]))
-            docs_by_gram.setdefault(gram, set()).add(str(cols["doc_id"][i]))
-    for i in keep:
-        gram = (int(cols["ngram_len"][i]), int(cols["ngram_hash"][i]))
-        if cfg.max_doc_frequency is not None and len(docs_by_gram[gram]) > cfg.max_doc_frequency:
-            continue
-        rid = cols["record_id"][i]
-        region = REGIONS.index(cols["region"][i])
-        grams_by_record.setdefault(rid, [set(), set(), set()])[region].add(gram)
-        docs_by_record.setdefault(rid, set()).add(str(cols["doc_id"][i]))
-        evidence_by_record.setdefault(rid, set()).add(str(cols["ngram"][i]))
-        offset = int(cols["doc_offset"][i])
-        spans_by_record.setdefault(rid, []).append((str(cols["doc_id"][i]), offset, offset + gram[0]))
-
+    folded = {row["record_id"]: row for row in fold(matches, cfg)}
+    ignored = _ignored(folded, records, cfg.max_doc_frequency)
     rows = []
     for record, grams in zip(records, example_grams_batch(records, cfg), strict=True):
-        counts = grams.counts
-        matched = [len(s) for s in grams_by_record.get(record.id, [set(), set(), set()])]
+        found = _found(folded.get(record.id), ignored, cfg.max_doc_frequency is not None)
+        counts, matched = grams.counts, found.matched
         total = sum(counts)
         matched_total = sum(matched)
-        checked = grams.status in (STATUS_NGRAMS, STATUS_WHOLE)
-        contaminated = checked and matched_total >= cfg.min_matches
-        if cfg.min_fraction is not None:
-            contaminated = contaminated and matched_total >= cfg.min_fraction * total
+        contaminated = _decides(grams, matched_total, cfg)
+        frequent_only = not contaminated and _decides(grams, matched_total + sum(found.ignored), cfg)
+        words = covered_words(record, cfg, found.kept) if contaminated else (0, 0, 0, 0)
         error = ""
         if grams.status == STATUS_EMPTY:
             fields = ", ".join(cfg.input_fields + cfg.label_fields)
@@ -672,23 +996,39 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
             "matched_label": matched[LABEL],
             "matched_overlap": matched[OVERLAP],
             "matched_total": matched_total,
+            "matched_ignored": sum(found.ignored),
             "fraction_matched": matched_total / total if total else None,
+            "matched_input_words": words[2],
+            "matched_label_words": words[3],
         }
-        rows.append(
-            common.example_row(
-                record,
-                columns,
-                contaminated=contaminated,
-                label_found=bool(matched[LABEL] or matched[OVERLAP]),
-                docs=docs_by_record.get(record.id, ()),
-                evidence={"evidence": sorted(evidence_by_record.get(record.id, ()))[: cfg.max_evidence]},
-                spans=spans_by_record.get(record.id, ()),
-                unit="word",
-                max_evidence=cfg.max_evidence,
-                error=error,
-            )
+        row = common.example_row(
+            record,
+            columns,
+            contaminated=contaminated,
+            label_found=bool(matched[LABEL] or matched[OVERLAP]),
+            docs=(doc for doc, _, _ in found.spans),
+            evidence={"evidence": found.texts[: cfg.max_evidence]},
+            spans=found.spans,
+            unit="word",
+            max_evidence=cfg.max_evidence,
+            error=error,
         )
+        row["contamination_type"] = match_type(contaminated, frequent_only, words, cfg.min_label_share)
+        row["n_docs"] = found.n_docs
+        rows.append(row)
     return rows
+
+
+def _type_counts(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """The types ``open_verdict`` does not count: label-only examples (contaminated) and those clean
+    only because their n-grams were too frequent (not contaminated, not clean either)."""
+    out: dict[str, Any] = {}
+    for kind in ("label_only", "frequent_only"):
+        n = sum(r.get("contamination_type") == kind for r in ok)
+        out[f"n_{kind}"] = n
+        out[f"{kind}_rate"] = common.fraction(n, len(ok))
+    out["n_clean"] = sum(r.get("contamination_type") == "clean" for r in ok)
+    return out
 
 
 def _pct(part: int, whole: int) -> float:
@@ -706,9 +1046,10 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
     lifted to the partition, answering "is any of this partition in the corpus?". Random 13-word
     collisions are negligible, but the rule is deliberately sensitive: as GPT-3 App. C notes,
     benchmarks whose inputs come from the web (SQuAD, DROP) collide on the input alone, so
-    ``details`` separates the input-only and input-and-label rates (read the latter to see whether
-    answers leaked) and gives GPT-2's statistic, the percentage of the partition's n-grams found in
-    the corpus. ``p_value`` is None: this is a measurement, not a test.
+    ``details`` separates the input-only, input-and-label and label-only rates (read the latter two to
+    see whether answers leaked), counts the examples clean only because their n-grams were too
+    frequent (``n_frequent_only``, not in ``n_clean``), and gives GPT-2's statistic, the percentage of
+    the partition's n-grams found in the corpus. ``p_value`` is None: this is a measurement, not a test.
     """
     rows = common.table_rows(table)
     ok = [r for r in rows if not r.get("error")]
@@ -719,6 +1060,7 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
         rows,
         cfg.partition_threshold,
         details={
+            **_type_counts(ok),
             "n_too_short": sum(r.get("status") == STATUS_TOO_SHORT for r in ok),
             "n_whole_example": sum(r.get("status") == STATUS_WHOLE for r in ok),
             "n_ngrams": ngrams_total,
@@ -730,6 +1072,7 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
             "min_matches": cfg.min_matches,
             "min_fraction": cfg.min_fraction,
             "max_doc_frequency": cfg.max_doc_frequency,
+            "min_label_share": cfg.min_label_share,
             "normalization": cfg.normalization,
             "fold_diacritics": cfg.fold_diacritics,
         },
@@ -748,7 +1091,7 @@ class NGramOverlap(common.OpenMethod):
         missing_as=0.0,
     )
     Config = NGramOverlapConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)
 
 
 __all__ = [
@@ -761,6 +1104,7 @@ __all__ = [
     "build_index",
     "example_grams",
     "example_grams_batch",
+    "fold",
     "gram_hits",
     "match",
     "reduce",
