@@ -254,11 +254,6 @@ def _candidates_by_graph(
 
 
 def best_rows(rows: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-    """An example's ``k`` most similar distinct passages from its match rows (ties: by document, start)."""
-    seen: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in rows:
-        key = (str(row["doc_id"]), int(row["start"]))
-        if key not in seen or float(row["similarity"]) > float(seen[key]["similarity"]):
-            seen[key] = row
-    ordered = sorted(seen.values(), key=lambda r: (-float(r["similarity"]), str(r["doc_id"]), int(r["start"])))
-    return ordered[:k]
+    """An example's ``k`` most similar distinct passages from its match rows (ties: by document, start;
+    ``common.top_rows``)."""
+    return common.top_rows(rows, k, "similarity")
