@@ -20,6 +20,7 @@ another with the running top-k, as one match actor does.
 from __future__ import annotations
 
 import pickle
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -303,3 +304,56 @@ def test_embedding_folds_stop_growing_with_copies(name: str):
     method = get_method(name)
     cfg = method.make_config({"max_evidence": 2, **({"top_k": 2} if name == "llm_decontaminator" else {})})
     assert_fold_bounded(FreshScans(method), cfg, RECORDS, copy_docs, few=3, many=12)
+
+
+# --------------------------------------------------------------------------- many documents, no model
+
+
+def _random_rows(name: str, rng: random.Random, doc: str) -> list[dict[str, Any]]:
+    """One document's match rows as ``name``'s ``match`` shapes them: overlapping spans, tied scores."""
+    rows = []
+    for key in rng.sample(sorted(QUIZ), rng.randint(1, 3)):
+        base = {"record_id": f"quiz/{key}", "partition": "quiz/test", "doc_id": doc}
+        starts = sorted(rng.sample(range(0, 60, 3), rng.randint(1, 3)))
+        if name == "gpt4_substring":
+            for sample, start in enumerate(starts):
+                region = rng.choice(["input", "label", "overlap"])
+                span = {"start": start, "end": start + 10, "occurrences": 1, "substring": "x" * 10}
+                rows.append({**base, "sample": sample, "region": region, **span})
+        elif name == "meteor_recall":
+            score = rng.choice([0.6, 0.75, 0.8, 1.0, rng.random()])
+            window = {"start": starts[0], "end": starts[0] + 8, "prefilter_ngrams": 2, "text": "t"}
+            rows.append({**base, "score": score, "label_score": rng.random(), "input_score": 0.5, **window})
+        else:
+            for start in starts:
+                similarity = rng.choice([0.5, 0.8, 0.9, 1.0, rng.uniform(-1, 1)])
+                passage = {"start": start, "end": start + rng.randint(2, 6), "passage": f"{doc}:{start}"}
+                rows.append({**base, "similarity": similarity, "label_found": rng.random() < 0.3, **passage})
+    return rows
+
+
+@pytest.mark.parametrize("name", ["gpt4_substring", "meteor_recall", "platypus_embedding", "llm_decontaminator"])
+@pytest.mark.parametrize("max_evidence", [0, 1, 3])
+def test_folds_of_many_documents_combine_exactly(name: str, max_evidence: int):
+    """Rows of 80 documents (many more than ``max_evidence``), folded in random groups and bracketings."""
+    method = get_method(name)
+    cfg = method.make_config({"max_evidence": max_evidence, **({"top_k": 3} if name == "llm_decontaminator" else {})})
+    rng = random.Random(max_evidence)
+    per_doc = [_random_rows(name, rng, f"doc-{i:02d}") for i in range(80)]
+    raw = [row for rows in per_doc for row in rows]
+    extra: dict[str, Any] = {}
+    if name == "llm_decontaminator":  # the judge's answers, at random
+        requests = method.judge_requests(RECORDS, raw, cfg)
+        extra["outputs"] = {r.key: Output(key=r.key, text=rng.choice(["True", "False"])) for r in requests}
+    expected = method.score(RECORDS, raw, cfg, **extra)
+    whole = method.fold(raw, cfg)
+    for _ in range(5):
+        rng.shuffle(per_doc)
+        parts = [method.fold([r for rows in per_doc[i : i + 7] for r in rows], cfg) for i in range(0, 80, 7)]
+        while len(parts) > 1:
+            i, j = sorted(rng.sample(range(len(parts)), 2))
+            right, left = parts.pop(j), parts.pop(i)
+            parts.append(method.fold(rng.choice([left + right, right + left]), cfg))
+        assert parts[0] == whole
+        assert method.score(RECORDS, parts[0], cfg, **extra) == expected
+    assert len(whole) <= 2 * len(QUIZ) * (3 if name == "llm_decontaminator" else 1)
