@@ -427,10 +427,10 @@ def contains(haystack: np.ndarray, needle: np.ndarray, start: int = 0, stop: int
     return -1
 
 
-# fold helpers (foldA)
+# fold helpers: match rows and folded rows apart (the n-gram, exact and token-span methods)
 
 
-def fold_input(rows: Any, mark: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_fold_input(rows: Any, mark: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``fold``'s input (match rows, folded rows or both, in any table form) split into (match rows,
     folded rows); folded rows are those with the column ``mark``, which match rows never have."""
     rows = rows if isinstance(rows, list) else table_rows(rows)
@@ -483,3 +483,195 @@ def merged_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, in
         else:
             merged.append([start, end])
     return [(start, end) for start, end in merged]
+
+# fold helpers: evidence summaries and best rows (substring, METEOR and embedding methods)
+
+FOLD = "fold"  # what a row returned by ``fold`` is: "evidence" (an example's summary) or "best" (a match row kept)
+
+
+def folded_kind(row: dict[str, Any]) -> str:
+    """``""`` for a match row as ``match`` returned it, else what ``fold`` made of it (the ``FOLD`` column)."""
+    return str(row.get(FOLD) or "")
+
+
+def fold_input(rows: Any, needed: Sequence[str], method: str) -> dict[str, list[dict[str, Any]]]:
+    """``fold``'s input by record id, in record id order; every row but an evidence summary is checked for
+    the ``needed`` columns of a match row."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for i, row in enumerate(table_rows(rows)):
+        kind = folded_kind(row)
+        missing = [k for k in (("record_id",) if kind == "evidence" else needed) if k not in row]
+        if missing:
+            raise ValueError(
+                f"{method}.fold: row {i} (record {row.get('record_id')!r}) lacks {', '.join(missing)}; "
+                f"pass the rows returned by {method}.match or {method}.fold"
+            )
+        out.setdefault(str(row["record_id"]), []).append(row)
+    return dict(sorted(out.items()))
+
+
+def merged_spans(spans: Iterable[tuple[str, int, int]], limit: int) -> list[tuple[str, int, int]]:
+    """The first ``limit`` merged ``(doc_id, start, end)`` intervals, as ``merge_spans`` orders them."""
+    return [(s["doc_id"], s["start"], s["end"]) for s in merge_spans(spans, "", limit)]
+
+
+@dataclass
+class Evidence:
+    """Where an example was found, as far as its ``score`` row shows it: the number of documents, the first
+    ``limit`` of them in ``doc_id`` order, the first ``limit`` merged spans, and whether the label was seen.
+
+    The spans of the first ``limit`` merged spans all lie in the first ``limit`` documents, and a
+    document's rows all come from one ``match`` call, so evidence of disjoint document sets combines
+    exactly: counts add, kept documents and spans are merged and cut again (``combine``).
+    """
+
+    n_docs: int = 0
+    doc_ids: list[str] = dataclasses.field(default_factory=list)
+    spans: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
+    label_found: bool = False
+
+    @classmethod
+    def of_matches(cls, rows: Sequence[dict[str, Any]], limit: int, label_found: bool) -> Evidence:
+        """The evidence of match rows (``doc_id``, ``start``, ``end``)."""
+        docs = sorted({str(r["doc_id"]) for r in rows})
+        kept = set(docs[:limit])
+        spans = [(str(r["doc_id"]), int(r["start"]), int(r["end"])) for r in rows if str(r["doc_id"]) in kept]
+        return cls(len(docs), docs[:limit], merged_spans(spans, limit), bool(label_found))
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any] | None) -> Evidence:
+        """The evidence a summary row (``row``) carries; empty for None."""
+        if row is None:
+            return cls()
+        spans = zip(row["span_doc_ids"], row["span_starts"], row["span_ends"], strict=True)
+        return cls(
+            int(row["n_docs"]),
+            [str(d) for d in row["doc_ids"]],
+            [(str(d), int(s), int(e)) for d, s, e in spans],
+            bool(row["label_found"]),
+        )
+
+    @classmethod
+    def combine(cls, parts: Sequence[Evidence], limit: int) -> Evidence:
+        """The evidence of the union of the parts' (disjoint) documents."""
+        docs = sorted({d for p in parts for d in p.doc_ids})[:limit]
+        spans = merged_spans([s for p in parts for s in p.spans], limit)
+        return cls(sum(p.n_docs for p in parts), docs, spans, any(p.label_found for p in parts))
+
+    def row(self, record_id: str, partition: Any, **extra: Any) -> dict[str, Any]:
+        """This evidence as ``fold``'s summary row of the example (plain columns; ``extra`` last)."""
+        return {
+            "record_id": record_id,
+            "partition": partition,
+            FOLD: "evidence",
+            "n_docs": self.n_docs,
+            "doc_ids": list(self.doc_ids),
+            "span_doc_ids": [d for d, _, _ in self.spans],
+            "span_starts": [s for _, s, _ in self.spans],
+            "span_ends": [e for _, _, e in self.spans],
+            "label_found": self.label_found,
+            **extra,
+        }
+
+
+def fold_evidence(
+    rows: Sequence[dict[str, Any]],
+    limit: int,
+    counts: Callable[[dict[str, Any]], bool],
+    label: Callable[[dict[str, Any]], bool],
+) -> Evidence:
+    """One example's evidence from its ``fold`` input: the summaries already folded, and the match rows
+    (not the kept "best" ones, already summarised) that ``counts`` as evidence, ``label`` telling which
+    of them show the label."""
+    parts = [Evidence.of_row(r) for r in rows if folded_kind(r) == "evidence"]
+    found = [r for r in rows if not folded_kind(r) and counts(r)]
+    if found:
+        parts.append(Evidence.of_matches(found, limit, any(label(r) for r in found)))
+    return Evidence.combine(parts, limit)
+
+
+def evidence_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The evidence summary among one example's folded rows, or None."""
+    return next((r for r in rows if folded_kind(r) == "evidence"), None)
+
+
+def top_rows(rows: Iterable[dict[str, Any]], k: int, column: str) -> list[dict[str, Any]]:
+    """The ``k`` match rows of highest ``column``, one per ``(doc_id, start)`` (the higher value, then the
+    lesser content), highest first, ties by document then start: the same whatever the input order."""
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (str(row["doc_id"]), int(row["start"]))
+        old = seen.get(key)
+        if old is None or _outranks(row, old, column):
+            seen[key] = row
+    ordered = sorted(seen.values(), key=lambda r: (-float(r[column]), str(r["doc_id"]), int(r["start"])))
+    return ordered[:k]
+
+
+def _outranks(row: dict[str, Any], old: dict[str, Any], column: str) -> bool:
+    if float(row[column]) != float(old[column]):
+        return float(row[column]) > float(old[column])
+    return repr(sorted(row.items(), key=str)) < repr(sorted(old.items(), key=str))
+
+
+def kept(row: dict[str, Any]) -> dict[str, Any]:
+    """A match row as ``fold`` keeps it (marked ``best``)."""
+    return row if row.get(FOLD) == "best" else {**row, FOLD: "best"}
+
+
+def evidence_row(
+    record: Record,
+    columns: dict[str, Any],
+    evidence: Evidence,
+    *,
+    contaminated: bool,
+    unit: str,
+    max_evidence: int,
+    error: str,
+    spans: Iterable[tuple[str, int, int]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``example_row`` from folded ``evidence`` (``spans`` replaces its spans when given)."""
+    row = example_row(
+        record,
+        columns,
+        contaminated=contaminated,
+        label_found=evidence.label_found,
+        docs=evidence.doc_ids,
+        spans=evidence.spans if spans is None else spans,
+        unit=unit,
+        max_evidence=max_evidence,
+        error=error,
+        evidence=extra,
+    )
+    row["n_docs"] = evidence.n_docs
+    return row
+
+
+def fold_ranked(
+    rows: Any,
+    needed: Sequence[str],
+    method: str,
+    *,
+    column: str,
+    limit: int,
+    counts: Callable[[dict[str, Any]], bool],
+    label: Callable[[dict[str, Any]], bool],
+) -> list[dict[str, Any]]:
+    """The ``fold`` of a matcher that keeps an example's best match row by ``column``: per example (in record
+    id order) the evidence summary of the rows that ``counts`` (when there are any; ``fold_evidence``),
+    then the best row, kept (``top_rows``)."""
+    out = []
+    for record_id, group in fold_input(rows, needed, method).items():
+        evidence = fold_evidence(group, limit, counts, label)
+        if evidence.n_docs:
+            out.append(evidence.row(record_id, group[0].get("partition")))
+        ranked = [r for r in group if folded_kind(r) != "evidence"]
+        out.extend(kept(r) for r in top_rows(ranked, 1, column))
+    return out
+
+
+def ranked_example(rows: Sequence[dict[str, Any]]) -> tuple[Evidence, dict[str, Any] | None]:
+    """An example's rows from ``fold_ranked``: its evidence and its best match row (None if none)."""
+    best = next((r for r in rows if folded_kind(r) == "best"), None)
+    return Evidence.of_row(evidence_summary(rows)), best

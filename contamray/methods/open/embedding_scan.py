@@ -34,10 +34,13 @@ works in every language.
 
 Top-k over the whole corpus, streamed: each worker keeps, per example, the ``k`` best similarities it
 has seen so far (``_best``, in its own copy of the index, never pickled) and emits a match row only
-for a passage that enters that running top-k. The corpus-wide top-k of an example is a subset of the
-rows emitted (a passage in the global top-k is in its worker's top-k when it is seen), so ``score``
-recovers it exactly from the rows, while a worker emits about ``k * log(batches)`` rows per example
-instead of one per batch. Build a fresh index for each scan.
+for a passage at or above that running top-k's k-th value once the batch is in it, ties included (a
+passage as similar as the k-th best may still rank before it: equal similarities rank by document,
+then start). The corpus-wide top-k of an example is a subset of the rows emitted (a passage in the
+global top-k is at or above its worker's running k-th best when it is seen), so the methods' ``fold``
+(``best_rows``, on the worker) and ``score`` recover it exactly from the rows, while a worker emits
+about ``k * log(batches)`` rows per example instead of one per batch. Build a fresh index for each
+scan: a second scan through the same index only emits what beats the first one.
 """
 
 from __future__ import annotations
@@ -195,6 +198,13 @@ def scan(
     return rows
 
 
+def cosines(passages: np.ndarray, examples: np.ndarray) -> np.ndarray:
+    """The float32 cosines of unit ``passages`` (rows) and ``examples`` (columns), summed in float64: a
+    float32 product's last bit depends on how many passages share the batch (the BLAS kernel), so the
+    same pair would score an ulp apart in two batchings of the corpus."""
+    return (passages.astype(np.float64) @ examples.astype(np.float64)).astype(np.float32)
+
+
 def _candidates_exact(
     vectors: np.ndarray, index: EmbeddingIndex, k: int, threshold: float | None, floor: float, best: np.ndarray
 ) -> dict[tuple[int, int], float]:
@@ -202,19 +212,19 @@ def _candidates_exact(
     sims: dict[tuple[int, int], float] = {}
     for c0 in range(0, len(index.record_ids), COLUMN_BLOCK):
         c1 = min(len(index.record_ids), c0 + COLUMN_BLOCK)
-        similarity = vectors @ index.vectors[c0:c1].T  # (passages, examples)
+        similarity = cosines(vectors, index.vectors[c0:c1].T)  # (passages, examples)
         if threshold is not None:
             ps, cs = np.nonzero(similarity >= threshold)
             for p, c in zip(ps.tolist(), cs.tolist(), strict=True):
                 sims[(p, c0 + c)] = float(similarity[p, c])
-        idx, vals = emb.top_k(similarity, k)
-        kth = best[c0:c1, k - 1]
-        enters = (vals > kth[None, :]) & (vals >= floor)
-        ranks, cs = np.nonzero(enters)
-        for rank, c in zip(ranks.tolist(), cs.tolist(), strict=True):
-            sims[(int(idx[rank, c]), c0 + c)] = float(vals[rank, c])
+        _, vals = emb.top_k(similarity, k)
         merged = np.concatenate([best[c0:c1], vals.T.astype(np.float32)], axis=1)
         best[c0:c1] = -np.sort(-merged, axis=1)[:, :k]
+        # every passage at or above the example's new running k-th best enters, ties included
+        enters = (similarity >= best[c0:c1, k - 1][None, :]) & (similarity >= floor)
+        ps, cs = np.nonzero(enters)
+        for p, c in zip(ps.tolist(), cs.tolist(), strict=True):
+            sims[(p, c0 + c)] = float(similarity[p, c])
     return sims
 
 
@@ -226,14 +236,14 @@ def _candidates_by_graph(
     ids, _ = index.graph().search(vectors, index.options.ann_candidates)
     ps, slots = np.nonzero(ids >= 0)
     es = ids[ps, slots]
-    cos = np.einsum("ij,ij->i", vectors[ps], index.vectors[es])
+    cos = np.einsum("ij,ij->i", vectors[ps].astype(np.float64), index.vectors[es]).astype(np.float32)
     sims: dict[tuple[int, int], float] = {}
     if threshold is not None:
         for i in np.flatnonzero(cos >= threshold).tolist():
             sims[(int(ps[i]), int(es[i]))] = float(cos[i])
-    # the batch's top-k per example among its candidates, then as in the exact scan: those above the
-    # example's running k-th best enter (and are emitted), and the running top-k is updated
-    keep = (cos >= floor) & (cos > best[es, k - 1])
+    # as in the exact scan: the running top-k of each example is updated with its best candidates of the
+    # batch, and those at or above its new k-th best (ties included) enter and are emitted
+    keep = (cos >= floor) & (cos >= best[es, k - 1])
     ps, es, cos = ps[keep], es[keep], cos[keep]
     if es.size == 0:
         return sims
@@ -241,22 +251,16 @@ def _candidates_by_graph(
     ps, es, cos = ps[order], es[order], cos[order]
     starts = np.flatnonzero(np.r_[True, es[1:] != es[:-1]])
     for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), int(es.size)], strict=True):
-        e, top = int(es[start]), slice(start, min(stop, start + k))
+        e = int(es[start])
+        merged = np.concatenate([best[e], cos[start : min(stop, start + k)].astype(np.float32)])
+        best[e] = -np.sort(-merged)[:k]
+        top = slice(start, start + int(np.count_nonzero(cos[start:stop] >= best[e, k - 1])))
         for p, c in zip(ps[top].tolist(), cos[top].tolist(), strict=True):
             sims[(p, e)] = float(c)
-        merged = np.concatenate([best[e], cos[top].astype(np.float32)])
-        best[e] = -np.sort(-merged)[:k]
     return sims
 
 
 def best_rows(rows: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-    """An example's ``k`` most similar distinct passages from its match rows (ties: by document, start)."""
-    seen: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in rows:
-        key = (str(row["doc_id"]), int(row["start"]))
-        if key not in seen or float(row["similarity"]) > float(seen[key]["similarity"]):
-            seen[key] = row
-    ordered = sorted(
-        seen.values(), key=lambda r: (-float(r["similarity"]), str(r["doc_id"]), int(r["start"]))
-    )
-    return ordered[:k]
+    """An example's ``k`` most similar distinct passages from its match rows (ties: by document, start;
+    ``common.top_rows``)."""
+    return common.top_rows(rows, k, "similarity")

@@ -183,7 +183,7 @@ def fold(rows: Any, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
     ``max_evidence`` documents in ``doc_id`` order: ``hit_doc``, ``hit_start`` / ``hit_end`` (the
     input's words) and ``hit_label_start`` / ``hit_label_end`` (the label's, -1 when not found).
     """
-    raw, folded = common.fold_input(rows, FOLD_MARK)
+    raw, folded = common.split_fold_input(rows, FOLD_MARK)
     examples: dict[str, dict[str, Any]] = {}
 
     def example(row: dict[str, Any]) -> dict[str, Any]:

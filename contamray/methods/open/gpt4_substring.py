@@ -22,6 +22,11 @@ Scale: all training windows of one length are hashed at once with a polynomial r
 (``contamray.metrics.rolling``; one prefix sum per batch serves every length); hash hits are verified
 by comparing the characters, so the result is exact. Samples are drawn from a generator seeded by
 ``seed`` and the record id, so every worker and every re-run draws the same three substrings.
+
+Folding (``fold``, ``common.FOLD_CONTRACT``): a scan's rows become one summary row per example found
+(the samples found, the number of documents, the first ``max_evidence`` documents and merged spans, and
+whether a found sample touches the label), so what a scan keeps grows with the benchmark, not with the
+number of copies in the corpus.
 """
 
 from __future__ import annotations
@@ -148,9 +153,7 @@ class SubstringIndex:
                 self.sample_no.append(k)
                 self.sample_region.append(sample.region)
                 hashes, entries = by_length.setdefault(len(sample.text), ([], []))
-                hashes.append(
-                    int(rolling.mix64(np.array([rolling.sequence_hash(rolling.text_codes(sample.text))]))[0])
-                )
+                hashes.append(int(rolling.mix64(np.array([rolling.sequence_hash(rolling.text_codes(sample.text))]))[0]))
                 entries.append(entry)
         self.tables = {
             length: common.HashTable.build(np.array(h, dtype=np.uint64), np.array(e, dtype=np.int64))
@@ -183,9 +186,7 @@ def _processed(docs: list[dict[str, Any]], lowercase: bool) -> tuple[list[str], 
     return cache.texts, cache.prefix, cache.ends
 
 
-def match(
-    docs: list[dict[str, Any]], index: SubstringIndex, cfg: GPT4SubstringConfig
-) -> list[dict[str, Any]]:
+def match(docs: list[dict[str, Any]], index: SubstringIndex, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
     """One row per (record, document, sample) found: where (character offset in the processed document),
     how often, and the substring itself."""
     common.check_index(NAME, index, cfg, ("length", "lowercase"))
@@ -223,17 +224,33 @@ def match(
     return rows
 
 
+_NEEDED = ("record_id", "doc_id", "sample", "region", "start", "end")
+
+
+def fold(rows: Any, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds) as one summary row per example found: the samples found (at most
+    ``n_samples``), the number of documents, the first ``max_evidence`` documents and merged spans, and
+    whether a found sample touches the label (``common.FOLD_CONTRACT``)."""
+    out = []
+    for record_id, group in common.fold_input(rows, _NEEDED, NAME).items():
+        evidence = common.fold_evidence(
+            group, cfg.max_evidence, counts=lambda r: True, label=lambda r: r["region"] in ("label", "overlap")
+        )
+        samples = {int(r["sample"]) for r in group if not common.folded_kind(r)}
+        samples.update(int(s) for r in group if common.folded_kind(r) == "evidence" for s in r["samples_found"])
+        out.append(evidence.row(record_id, group[0].get("partition"), samples_found=sorted(samples)))
+    return out
+
+
 def score(records: list[Record], matches: Any, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
     """One row per example: samples drawn and found, decision, type, documents and spans (characters of
-    the processed document)."""
-    grouped = common.grouped_matches(
-        records, matches, ("record_id", "doc_id", "sample", "region", "start", "end"), NAME
-    )
+    the processed document). ``matches``: match rows, folded rows (``fold``) or both."""
+    summaries = {r["record_id"]: r for r in fold(matches, cfg)}
     out = []
     for record in records:
         ex = example_samples(record, cfg)
-        hits = grouped.get(record.id, [])
-        found = sorted({int(h["sample"]) for h in hits})
+        summary = summaries.get(record.id)
+        found = list(summary["samples_found"]) if summary else []
         error = ""
         if not ex.text:
             error = (
@@ -248,13 +265,11 @@ def score(records: list[Record], matches: Any, cfg: GPT4SubstringConfig) -> list
             "n_samples_found": len(found),
         }
         out.append(
-            common.example_row(
+            common.evidence_row(
                 record,
                 columns,
+                common.Evidence.of_row(summary),
                 contaminated=bool(found),
-                label_found=any(h["region"] in ("label", "overlap") for h in hits),
-                docs=(h["doc_id"] for h in hits),
-                spans=((h["doc_id"], h["start"], h["end"]) for h in hits),
                 unit="char",
                 max_evidence=cfg.max_evidence,
                 error=error,
@@ -265,9 +280,7 @@ def score(records: list[Record], matches: Any, cfg: GPT4SubstringConfig) -> list
 
 def reduce(table: Any, cfg: GPT4SubstringConfig) -> Verdict:
     """Fraction of examples with a sampled substring in the corpus (see ``common.open_verdict``)."""
-    return common.open_verdict(
-        NAME, table, cfg.partition_threshold, {"length": cfg.length, "n_samples": cfg.n_samples}
-    )
+    return common.open_verdict(NAME, table, cfg.partition_threshold, {"length": cfg.length, "n_samples": cfg.n_samples})
 
 
 def build_index(records: list[Record], cfg: GPT4SubstringConfig) -> SubstringIndex:
@@ -285,4 +298,4 @@ class GPT4Substring(common.OpenMethod):
         membership="n_samples_found",
     )
     Config = GPT4SubstringConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)

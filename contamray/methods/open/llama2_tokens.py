@@ -257,7 +257,7 @@ def fold(rows: Any, cfg: Llama2TokensConfig) -> list[dict[str, Any]]:
     ``doc_id`` order, merged per document, at most ``max_evidence`` each (``hit_doc``, ``hit_start``,
     ``hit_end``, in tokens): all that ``score`` shows.
     """
-    raw, folded = common.fold_input(rows, FOLD_MARK)
+    raw, folded = common.split_fold_input(rows, FOLD_MARK)
     examples: dict[str, dict[str, Any]] = {}
     cols = common.columns_of(raw, MATCH_COLUMNS, NAME)
     for row, _, doc, start, end, doc_start in zip(raw, *cols.values(), strict=True):

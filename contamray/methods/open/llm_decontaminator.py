@@ -24,6 +24,10 @@ recorded as ``judge_invalid`` and counts as False.
 Steps: ``match`` streams the corpus past the embedded benchmark (running top-k per worker, see
 ``embedding_scan``); ``judge_requests`` makes one generation request per (example, candidate) on the
 ``judge`` engine; ``score(records, matches, cfg, outputs=...)`` reads the answers.
+
+Folding (``fold``, ``common.FOLD_CONTRACT``): per example its ``top_k`` most similar passages' match rows,
+the judge's candidates, so ``judge_requests`` and ``score`` give the same prompts and rows from folded
+rows as from the raw scan.
 """
 
 from __future__ import annotations
@@ -159,12 +163,19 @@ def match(
 _NEEDED = ("record_id", "doc_id", "similarity", "start", "end", "label_found", "passage")
 
 
-def candidates(
-    records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig
-) -> dict[str, list[dict[str, Any]]]:
-    """Each example's top-k candidates over the whole corpus (the same on every call)."""
-    grouped = common.grouped_matches(records, matches, _NEEDED, NAME)
-    return {rid: embedding_scan.best_rows(hits, cfg.top_k) for rid, hits in grouped.items()}
+def fold(rows: Any, cfg: LLMDecontaminatorConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds) as each example's ``top_k`` most similar passages, kept: the judge's
+    candidates, whose prompts are therefore the same from raw and folded rows (``common.FOLD_CONTRACT``)."""
+    out = []
+    for group in common.fold_input(rows, _NEEDED, NAME).values():
+        out.extend(common.kept(r) for r in embedding_scan.best_rows(group, cfg.top_k))
+    return out
+
+
+def candidates(records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig) -> dict[str, list[dict[str, Any]]]:
+    """Each example's top-k candidates over the whole corpus (the same on every call), from match rows,
+    folded rows or both."""
+    return common.by_record(fold(matches, cfg), {r.id for r in records})
 
 
 def request_key(record_id: str, rank: int) -> str:
@@ -290,15 +301,11 @@ class LLMDecontaminator(common.OpenMethod):
     )
     Config = LLMDecontaminatorConfig
     engine_roles = ("judge",)
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)
 
-    def judge_requests(
-        self, records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig
-    ) -> list[Request]:
+    def judge_requests(self, records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig) -> list[Request]:
         return judge_requests(records, matches, cfg)
 
-    def score(
-        self, records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig, **extra: Any
-    ) -> list[dict]:
+    def score(self, records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig, **extra: Any) -> list[dict]:
         """``matches`` positionally; the judge's answers as ``outputs=`` (or ``judge_outputs=``)."""
         return score(records, matches, cfg, outputs=extra.get("outputs", extra.get("judge_outputs")))

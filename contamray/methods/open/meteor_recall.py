@@ -24,6 +24,10 @@ word span) as evidence.
 
 Light edits: a copy with every 5th word changed keeps recall 0.8 in 4-word chunks (penalty
 0.8 * (1/4)**3 = 0.0125), scores 0.79 and is found — where every 8- or 13-gram matcher misses it.
+
+Folding (``fold``, ``common.FOLD_CONTRACT``): per example the best window's match row and a summary of
+the windows at or above the threshold (their documents counted, the first ``max_evidence`` documents and
+spans, whether one shows the label): what ``score`` reads, whatever the number of copies.
 """
 
 from __future__ import annotations
@@ -118,8 +122,7 @@ class MeteorIndex:
     def __init__(self, cfg: MeteorRecallConfig, records: list[Record]) -> None:
         self.prefilter_n = cfg.prefilter_n
         queried = [
-            Record.from_row({**r.to_row(), "verbalized": common.query_text(r, cfg.query_fields)})
-            for r in records
+            Record.from_row({**r.to_row(), "verbalized": common.query_text(r, cfg.query_fields)}) for r in records
         ]
         self.ngrams = ngo.build_index(queried, cfg.prefilter())
         self.queries = [_query(r, cfg) for r in records]
@@ -200,9 +203,7 @@ def match(docs: list[dict[str, Any]], index: MeteorIndex, cfg: MeteorRecallConfi
         return []
     words, _ = ngo.tokenise_docs(docs, "gpt2", NAME)
     rows = []
-    for (r, d), n_found in sorted(
-        candidates(docs, index.ngrams).items(), key=lambda kv: (kv[0][1], kv[0][0])
-    ):
+    for (r, d), n_found in sorted(candidates(docs, index.ngrams).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         query = index.queries[r]
         if not query or n_found < min(cfg.prefilter_min_matches, index.n_grams[r]):
             continue
@@ -218,9 +219,7 @@ def match(docs: list[dict[str, Any]], index: MeteorIndex, cfg: MeteorRecallConfi
                 mt.meteor_recall(index.labels[r], doc[w.start : w.end], gamma=cfg.label_gamma, beta=cfg.beta)
                 for w in matching
             )
-        input_score = mt.meteor_recall(
-            index.inputs[r], doc[best.start : best.end], gamma=cfg.gamma, beta=cfg.beta
-        )
+        input_score = mt.meteor_recall(index.inputs[r], doc[best.start : best.end], gamma=cfg.gamma, beta=cfg.beta)
         rows.append(
             {
                 "record_id": index.record_ids[r],
@@ -238,16 +237,31 @@ def match(docs: list[dict[str, Any]], index: MeteorIndex, cfg: MeteorRecallConfi
     return rows
 
 
-def score(records: list[Record], matches: Any, cfg: MeteorRecallConfig) -> list[dict[str, Any]]:
-    """One row per example: best METEOR recall, decision, input-only or input-and-label, evidence."""
-    grouped = common.grouped_matches(
-        records, matches, ("record_id", "doc_id", "score", "label_score", "start", "end"), NAME
+_NEEDED = ("record_id", "doc_id", "score", "label_score", "start", "end")
+
+
+def fold(rows: Any, cfg: MeteorRecallConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds) as at most two rows per example: the summary of the windows at or above
+    the threshold (documents counted, the first ``max_evidence`` documents and spans, whether one shows
+    the label; none below), then the best window's match row, kept (``common.FOLD_CONTRACT``)."""
+    return common.fold_ranked(
+        rows,
+        _NEEDED,
+        NAME,
+        column="score",
+        limit=cfg.max_evidence,
+        counts=lambda r: float(r["score"]) >= cfg.threshold,
+        label=lambda r: float(r["label_score"]) >= cfg.threshold,
     )
+
+
+def score(records: list[Record], matches: Any, cfg: MeteorRecallConfig) -> list[dict[str, Any]]:
+    """One row per example: best METEOR recall, decision, input-only or input-and-label, evidence.
+    ``matches``: match rows, folded rows (``fold``) or both."""
+    grouped = common.by_record(fold(matches, cfg), {r.id for r in records})
     out = []
     for record in records:
-        hits = sorted(grouped.get(record.id, []), key=lambda h: (-float(h["score"]), str(h["doc_id"])))
-        above = [h for h in hits if float(h["score"]) >= cfg.threshold]
-        best = hits[0] if hits else None
+        evidence, best = common.ranked_example(grouped.get(record.id, []))
         error = ""
         if not _query(record, cfg):
             error = (
@@ -258,18 +272,18 @@ def score(records: list[Record], matches: Any, cfg: MeteorRecallConfig) -> list[
             "meteor_recall": float(best["score"]) if best else 0.0,
             "label_recall": float(best["label_score"]) if best else 0.0,
         }
+        spans = [] if best is None else [(str(best["doc_id"]), int(best["start"]), int(best["end"]))]
         out.append(
-            common.example_row(
+            common.evidence_row(
                 record,
                 columns,
-                contaminated=bool(above),
-                label_found=any(float(h["label_score"]) >= cfg.threshold for h in above),
-                docs=(h["doc_id"] for h in above),
-                evidence={"best_doc_id": str(best["doc_id"]) if best else ""},
-                spans=((h["doc_id"], h["start"], h["end"]) for h in (above or hits[:1])),
+                evidence,
+                contaminated=evidence.n_docs > 0,
+                spans=None if evidence.n_docs else spans,  # none above the threshold: the best window
                 unit="word",
                 max_evidence=cfg.max_evidence,
                 error=error,
+                extra={"best_doc_id": str(best["doc_id"]) if best else ""},
             )
         )
     return out
@@ -299,4 +313,4 @@ class MeteorRecall(common.OpenMethod):
         membership="meteor_recall",
     )
     Config = MeteorRecallConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)

@@ -630,7 +630,7 @@ def fold(rows: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     Match rows are folded as columns (``_fold_matches``: a batch's rows, the cost that matters), then
     merged with the folded rows (``_merge``).
     """
-    raw, folded = common.fold_input(rows, FOLD_MARK)
+    raw, folded = common.split_fold_input(rows, FOLD_MARK)
     fresh = _fold_matches(raw, cfg) if raw else []
     if not folded:
         return fresh

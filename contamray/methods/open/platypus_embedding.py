@@ -22,6 +22,10 @@ trades that dilution against the number of passages to embed.
 ntunlp/LLMSanitize (``open_data_methods/platypus.py``) embeds the whole training set and holds the
 full test x train similarity matrix in memory, and compares whatever single ``text`` field the rows
 have; this module streams the corpus and compares the questions, as the paper does.
+
+Folding (``fold``, ``common.FOLD_CONTRACT``): per example the most similar passage's match row and a
+summary of the passages at or above the threshold (their documents counted, the first ``max_evidence``
+documents and merged spans, whether the label is near one).
 """
 
 from __future__ import annotations
@@ -83,9 +87,7 @@ def build_index(records: list[Record], cfg: PlatypusConfig) -> embedding_scan.Em
     return embedding_scan.build_index(records, cfg)
 
 
-def match(
-    docs: list[dict[str, Any]], index: embedding_scan.EmbeddingIndex, cfg: PlatypusConfig
-) -> list[dict]:
+def match(docs: list[dict[str, Any]], index: embedding_scan.EmbeddingIndex, cfg: PlatypusConfig) -> list[dict]:
     """Rows for every (example, passage) at or above the threshold, and for passages that become an
     example's most similar one in this worker (so the top-1 is known even when it is below)."""
     common.check_index(NAME, index, cfg, ("model", "passage_words"))
@@ -101,32 +103,45 @@ def match(
     )
 
 
-def score(records: list[Record], matches: Any, cfg: PlatypusConfig) -> list[dict[str, Any]]:
-    """One row per example: the top-1 similarity over the corpus, decision, type and evidence."""
-    grouped = common.grouped_matches(
-        records, matches, ("record_id", "doc_id", "similarity", "start", "end", "label_found"), NAME
+_NEEDED = ("record_id", "doc_id", "similarity", "start", "end", "label_found")
+
+
+def fold(rows: Any, cfg: PlatypusConfig) -> list[dict[str, Any]]:
+    """Match rows (or earlier folds) as at most two rows per example: the summary of the passages at or
+    above the threshold (documents counted, the first ``max_evidence`` documents and merged spans, whether
+    the label is near one), then the most similar passage's match row, kept (``common.FOLD_CONTRACT``)."""
+    return common.fold_ranked(
+        rows,
+        _NEEDED,
+        NAME,
+        column="similarity",
+        limit=cfg.max_evidence,
+        counts=lambda r: float(r["similarity"]) >= cfg.threshold,
+        label=lambda r: bool(r["label_found"]),
     )
+
+
+def score(records: list[Record], matches: Any, cfg: PlatypusConfig) -> list[dict[str, Any]]:
+    """One row per example: the top-1 similarity over the corpus, decision, type and evidence.
+    ``matches``: match rows, folded rows (``fold``) or both."""
+    grouped = common.by_record(fold(matches, cfg), {r.id for r in records})
     out = []
     for record in records:
-        hits = grouped.get(record.id, [])
-        top = embedding_scan.best_rows(hits, 1)
-        above = [h for h in hits if float(h["similarity"]) >= cfg.threshold]
+        evidence, top = common.ranked_example(grouped.get(record.id, []))
         error = ""
         if not common.query_text(record, cfg.query_fields).strip():
             error = f"example {record.id!r} of {record.partition!r} has empty {', '.join(cfg.query_fields)}"
         columns = {
-            "max_similarity": float(top[0]["similarity"]) if top else None,
-            "nearest_doc_id": str(top[0]["doc_id"]) if top else "",
-            "nearest_passage": str(top[0].get("passage", "")) if top else "",
+            "max_similarity": float(top["similarity"]) if top else None,
+            "nearest_doc_id": str(top["doc_id"]) if top else "",
+            "nearest_passage": str(top.get("passage", "")) if top else "",
         }
         out.append(
-            common.example_row(
+            common.evidence_row(
                 record,
                 columns,
-                contaminated=bool(above),
-                label_found=any(bool(h["label_found"]) for h in above),
-                docs=(h["doc_id"] for h in above),
-                spans=((h["doc_id"], h["start"], h["end"]) for h in above),
+                evidence,
+                contaminated=evidence.n_docs > 0,
                 unit="word",
                 max_evidence=cfg.max_evidence,
                 error=error,
@@ -136,9 +151,7 @@ def score(records: list[Record], matches: Any, cfg: PlatypusConfig) -> list[dict
 
 
 def reduce(table: Any, cfg: PlatypusConfig) -> Verdict:
-    return common.open_verdict(
-        NAME, table, cfg.partition_threshold, {"threshold": cfg.threshold, "model": cfg.model}
-    )
+    return common.open_verdict(NAME, table, cfg.partition_threshold, {"threshold": cfg.threshold, "model": cfg.model})
 
 
 @register
@@ -152,4 +165,4 @@ class PlatypusEmbedding(common.OpenMethod):
         membership="max_similarity",
     )
     Config = PlatypusConfig
-    steps = common.Steps(build_index, match, score, reduce)
+    steps = common.Steps(build_index, match, score, reduce, fold)
