@@ -17,7 +17,10 @@ space, as with the BPE / SentencePiece tokenizers of the models studied.
 
 The split comes from an open-data method of the same run: ``contamination_from`` names it (its label
 under ``methods:``) and the runner merges its per-example ``contaminated`` and ``contamination_type``
-into this method's table on ``record_id`` (``contamray.methods.base``). ``reduce`` reports accuracy per
+into this method's table on ``record_id`` (``contamray.methods.base``). Examples of the other types an
+open-data method may give - ``label_only`` (the answer found without the question) and ``frequent_only``
+(only n-grams too common to count, GPT-3's filter) - belong to none of the report's three subsets: they are
+left out of both sides and counted in ``details`` (``n_unsplit``, ``n_unsplit_<type>``). ``reduce`` reports accuracy per
 subset and tests the difference with Fisher's exact test (scipy; two-by-two table of correct /
 incorrect by dirty / clean): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
 direction contamination inflates), two-sided p-values per subset are in ``details``. The partition is
@@ -30,6 +33,7 @@ benchmarks only (``applies.needs_choices``): the plan skips it elsewhere, with t
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -219,6 +223,7 @@ class CleanDirtyEval(Method):
         partitions = sorted({str(r.get("partition")) for r in own})
         ok = [r for r in own if not r.get("error") and _known(r.get("correct"))]
         unsplit = [r for r in ok if r.get("contamination_type") not in SUBSETS]
+        unsplit_types = Counter(str(r.get("contamination_type")) for r in unsplit)
         ok = [r for r in ok if r.get("contamination_type") in SUBSETS]
         groups = {s: [bool(r["correct"]) for r in ok if r["contamination_type"] == s] for s in SUBSETS}
         groups["dirty"] = groups["input_only"] + groups["input_and_label"]
@@ -227,7 +232,8 @@ class CleanDirtyEval(Method):
         details: dict[str, Any] = {
             "contamination_from": cfg.contamination_from,
             "alpha": cfg.alpha,
-            "n_unsplit": len(unsplit),
+            "n_unsplit": len(unsplit),  # typed label_only / frequent_only (or untyped): in neither subset
+            **{f"n_unsplit_{t}": n for t, n in sorted(unsplit_types.items())},
             **{f"n_{s}": len(v) for s, v in groups.items()},
             **{f"accuracy_{s}": a for s, a in acc.items()},
             "accuracy_all": sum(bool(r["correct"]) for r in ok) / len(ok) if ok else float("nan"),
