@@ -22,6 +22,7 @@ positions with one ``searchsorted``.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -271,6 +272,7 @@ def open_verdict(
     n_input_only = sum(r.get("contamination_type") == "input_only" for r in ok)
     n_both = sum(r.get("contamination_type") == "input_and_label" for r in ok)
     rate = fraction(n_dirty, len(ok))
+    found = summary_of_types(ok)
     return Verdict(
         method=method,
         partition=partition,
@@ -290,8 +292,22 @@ def open_verdict(
             "input_only_rate": fraction(n_input_only, len(ok)),
             "input_and_label_rate": fraction(n_both, len(ok)),
             **(details or {}),
+            "summary": found,
         },
     )
+
+
+def summary_of_types(ok: list[dict[str, Any]]) -> str:
+    """The report's line for an open-data verdict: examples found, by where the match fell, and those set
+    apart (only n-grams too frequent to count) - never folded into "clean"."""
+    types = Counter(str(r.get("contamination_type")) for r in ok)
+    found = sum(bool(r.get("contaminated")) for r in ok)
+    parts = [f"{types[t]} {t.replace('_', ' ')}" for t in CONTAMINATION_TYPES if t != "clean" and types[t]]
+    parts = [p for p in parts if not p.endswith("frequent only")]
+    line = f"{found} of {len(ok)} examples found in the corpus" + (f" ({', '.join(parts)})" if parts else "")
+    if types["frequent_only"]:
+        line += f"; {types['frequent_only']} matched only n-grams too frequent to count (not counted clean)"
+    return line
 
 
 FOLD_CONTRACT = """What an open-data method's ``fold(rows, cfg)`` promises (issue #16: aggregate where the data is).
