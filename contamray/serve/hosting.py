@@ -55,7 +55,7 @@ DEPLOYMENT = "engine"
 HEALTH_CHECK_PERIOD_S = 10.0
 HEALTH_CHECK_TIMEOUT_S = 120.0
 RESOURCE_WAIT_S = 30.0  # how long to wait for freed resources to show after deleting a deployment
-MERGE_BATCHES = 8  # batches arriving together at a replica answered in one engine call
+MERGE_BATCHES = 8  # batches arriving together at a replica taken together (answered one by one, in one thread)
 MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
 DEPLOY_TIMEOUT_S = 1800.0  # serve.deploy_timeout_s: a replica not up by then (no resources) stops the run
 WAIT_LOG_S = 30.0  # how often a deployment that is not up yet says why
@@ -69,9 +69,12 @@ class EngineReplica:
     arrives is answered at once on its own thread, and its requests join the engine's running batch
     (continuous batching), so the ``ray.batches_in_flight`` batches a stage keeps per replica, and API
     checks beside them, are all in the engine together. Transformers has no such engine: batches that
-    arrive together (a stage's next ones, several API checks at once) are answered in one engine call
-    (``serve.batch``: up to ``MERGE_BATCHES`` of them, waiting at most ``MERGE_WAIT_S`` for company), one
-    call at a time. Either way the engine runs on threads: the event loop stays free for health checks.
+    arrive together (a stage's next ones, several API checks at once) are taken together (``serve.batch``:
+    up to ``MERGE_BATCHES`` of them, waiting at most ``MERGE_WAIT_S`` for company) and answered one after
+    another on one engine thread, each batch its own engine call: merged into one call, the same texts
+    would be scored in batches that depend on timing, and a forward pass's last bits depend on its batch
+    (the same config gives the same bytes only if a batch's answers do not depend on its neighbours).
+    Either way the engine runs on threads: the event loop stays free for health checks.
     """
 
     def __init__(self, engine_spec: dict[str, Any], model: str) -> None:
@@ -93,12 +96,10 @@ class EngineReplica:
 
     @serve.batch(max_batch_size=MERGE_BATCHES, batch_wait_timeout_s=MERGE_WAIT_S)
     async def _answer_together(self, batches: list[list[str]]) -> list[list[str]]:
-        rows = await asyncio.to_thread(_answer_rows, self.engine, [r for batch in batches for r in batch])
-        answers, start = [], 0
-        for batch in batches:
-            answers.append(rows[start : start + len(batch)])
-            start += len(batch)
-        return answers
+        # each batch its own engine call: a forward pass's last bits depend on the batch it runs in, so a
+        # batch merged with whatever else arrived at the same time would score the same texts differently
+        # from run to run (timing decides what arrives together)
+        return await asyncio.to_thread(lambda: [_answer_rows(self.engine, batch) for batch in batches])
 
 
 def _answer_rows(engine: Any, rows: list[str]) -> list[str]:
