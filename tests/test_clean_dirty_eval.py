@@ -95,6 +95,17 @@ def test_subset_accuracies_and_fisher_test():
     assert same.statistic == 0.0 and same.p_value > 0.5 and not same.contaminated
 
 
+def test_set_apart_types_are_in_neither_subset():
+    """template_only and frequent_only examples (ngram_overlap's) are counted apart, not as clean or dirty."""
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "gpt3_13gram"})
+    rows = _table({"clean": (40, 80), "input_and_label": (13, 15), "template_only": (7, 7), "frequent_only": (0, 2)})
+    d = method.reduce(rows, cfg).details
+    assert (d["n_clean"], d["n_dirty"], d["n_unsplit"]) == (80, 15, 9)
+    assert (d["n_unsplit_template_only"], d["n_unsplit_frequent_only"]) == (7, 2)
+    assert d["accuracy_all"] == pytest.approx(53 / 95)  # the 9 set apart are in no accuracy
+
+
 def test_missing_split_and_bad_config_are_named(arc):
     method = get_method("clean_dirty_eval")
     cfg = method.make_config({"contamination_from": "exact_match"})

@@ -225,3 +225,97 @@ def test_verdict_counts_label_only_and_frequent_only_apart():
     assert counts == {"n_input_only": 2, "n_input_and_label": 2, "n_label_only": 1, "n_frequent_only": 1}
     assert details["n_clean"] == 2 and details["n_contaminated"] == 5  # tiny and clean; frequent is neither
     assert details["label_only_rate"] == pytest.approx(1 / 8)
+
+
+# --------------------------------------------------------------------------- template n-grams (issue #16)
+
+TRNG = random.Random(1216)
+TEMPLATE = _text(TRNG, 14)  # a question template both items open with: two 13-grams, seven 8-grams
+TEMPLATED = [
+    _rec("planted", f"{TEMPLATE} {_text(TRNG, 12)}", _text(TRNG, 4)),  # copied verbatim, twice
+    _rec("sibling", f"{TEMPLATE} {_text(TRNG, 12)}", _text(TRNG, 4)),  # nowhere: only its template is found
+    _rec("own", _text(TRNG, 26), _text(TRNG, 4)),  # copied verbatim, no template
+    _rec("other", _text(TRNG, 26), _text(TRNG, 4)),  # nowhere
+]
+TEMPLATED_IDS = {r.id: r for r in TEMPLATED}
+
+
+def _templated_corpus() -> list[dict[str, Any]]:
+    rng = random.Random(3)
+    texts = [f"{_text(rng, 20)} {_whole(TEMPLATED_IDS['planted'])} {_text(rng, 9)}" for _ in range(2)]
+    texts.append(f"{_text(rng, 7)}. {_whole(TEMPLATED_IDS['own'])}")
+    texts += [_text(rng, 50) for _ in range(6)]
+    return [{"doc_id": f"t{i:02d}", "text": t} for i, t in enumerate(texts)]
+
+
+# the sibling shares only the template with the planted item: set apart under any-collision rules; PaLM's
+# 70 % is out of its reach (7 of its 23 8-grams); with template_min_items null it is found, as in the papers
+TEMPLATE_EXPECTED = {
+    "gpt3_13gram": ("template_only", IO),
+    "ngram13": ("template_only", IO),
+    "gpt2_8gram": ("template_only", IO),
+    "ngram8": ("template_only", IO),
+    "palm": (CLEAN, CLEAN),
+}
+
+
+@pytest.mark.parametrize("name", NGRAM_CONFIGS)
+def test_an_item_sharing_only_template_ngrams_is_template_only(name: str):
+    method, cfg = _config(name)
+    assert cfg.template_min_items == 2  # declared in the method's YAML
+    rows = assert_fold_faithful(method, cfg, TEMPLATED, _templated_corpus(), splits=6, seed=3)
+    sibling_type, faithful_type = TEMPLATE_EXPECTED[name]
+    assert _types(rows) == {"planted": IL, "sibling": sibling_type, "own": IL, "other": CLEAN}
+    by_id = {row["record_id"]: row for row in rows}
+    assert [by_id[r]["contaminated"] for r in ("planted", "sibling", "own", "other")] == [True, False, True, False]
+    # the planted item is dirty on its own n-grams; the template's are counted apart
+    n_template = 14 - cfg.n + 1
+    assert (by_id["planted"]["matched_template"], by_id["planted"]["n_docs"]) == (n_template, 2)
+    assert by_id["planted"]["matched_total"] == by_id["planted"]["n_ngrams"] - n_template
+    assert (by_id["sibling"]["matched_total"], by_id["sibling"]["matched_template"]) == (0, n_template)
+    if sibling_type == "template_only":  # its evidence: where the template was found
+        assert by_id["sibling"]["doc_ids"] == ["t00", "t01"] and by_id["sibling"]["n_docs"] == 2
+    # the papers' rule: every n-gram counts
+    method, faithful = _config(name, template_min_items=None)
+    rows = assert_fold_faithful(method, faithful, TEMPLATED, _templated_corpus(), splits=3, seed=5)
+    assert _types(rows) == {"planted": IL, "sibling": faithful_type, "own": IL, "other": CLEAN}
+    assert all(row["matched_template"] == 0 for row in rows)
+
+
+def test_template_only_is_counted_apart_in_the_verdict():
+    method, cfg = _config("gpt3_13gram")
+    rows = method.score(TEMPLATED, method.match(_templated_corpus(), method.build_index(TEMPLATED, cfg), cfg), cfg)
+    verdict = method.reduce(rows, cfg)
+    details = verdict.details
+    assert (details["n_contaminated"], details["n_template_only"], details["n_clean"]) == (2, 1, 1)
+    assert details["template_only_rate"] == pytest.approx(1 / 4) and verdict.rate == pytest.approx(2 / 4)
+    assert details["template_min_items"] == 2
+    assert details["summary"] == (
+        "2 of 4 examples found in the corpus (2 input and label); "
+        "1 matched only template n-grams shared with other benchmark items (not counted clean)"
+    )
+
+
+def test_template_grams_are_counted_per_distinct_item():
+    """An n-gram repeated inside one item is not a template; held by two items, or three, it is."""
+    method, cfg = _config("ngram13")
+    phrase = _text(random.Random(9), 13)
+    twice = _rec("twice", f"{phrase} {_text(random.Random(10), 3)} {phrase}", _text(random.Random(11), 2))
+    index = method.build_index([twice], cfg)
+    hits = method.match([{"doc_id": "d", "text": phrase}], index, cfg)
+    assert {row["ngram_items"] for row in hits} == {1}
+    others = [_rec(f"o{i}", f"{phrase} {_text(random.Random(20 + i), 5)}", "x") for i in range(2)]
+    index = method.build_index([twice, *others], cfg)
+    hits = method.match([{"doc_id": "d", "text": phrase}], index, cfg)
+    assert {row["record_id"]: row["ngram_items"] for row in hits} == {"twice": 3, "o0": 3, "o1": 3}
+    with pytest.raises(ValueError, match="template_min_items"):
+        _config("ngram13", template_min_items=1)
+
+
+def test_fold_is_bounded_with_template_grams():
+    method, cfg = _config("gpt3_13gram")
+
+    def copies(k: int) -> list[dict[str, Any]]:
+        return [{"doc_id": f"c{c:03d}-{r.id}", "text": _whole(r)} for c in range(k) for r in TEMPLATED]
+
+    assert_fold_bounded(method, cfg, TEMPLATED, copies)

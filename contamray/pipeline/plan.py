@@ -36,8 +36,9 @@ NO_VOCAB_STATS = {
             "top few), never statistics over the whole vocabulary",
 }
 # part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts; 4: long
-# texts windowed over token ids in the engine), so no run reuses a cell computed under older rules
-RESULTS_VERSION = 5
+# texts windowed over token ids in the engine; 6: n-gram methods set template-only matches apart), so no
+# run reuses a cell computed under older rules
+RESULTS_VERSION = 6
 
 
 class ConfigError(ValueError):

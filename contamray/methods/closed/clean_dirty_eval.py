@@ -18,8 +18,9 @@ space, as with the BPE / SentencePiece tokenizers of the models studied.
 The split comes from an open-data method of the same run: ``contamination_from`` names it (its label
 under ``methods:``) and the runner merges its per-example ``contaminated`` and ``contamination_type``
 into this method's table on ``record_id`` (``contamray.methods.base``). Examples of the other types an
-open-data method may give - ``label_only`` (the answer found without the question) and ``frequent_only``
-(only n-grams too common to count, GPT-3's filter) - belong to none of the report's three subsets: they are
+open-data method may give - ``label_only`` (the answer found without the question), ``frequent_only``
+(only n-grams too common to count, GPT-3's filter) and ``template_only`` (only n-grams other benchmark
+items share, ``ngram_overlap``'s ``template_min_items``) - belong to none of the report's three subsets: they are
 left out of both sides and counted in ``details`` (``n_unsplit``, ``n_unsplit_<type>``). ``reduce`` reports accuracy per
 subset and tests the difference with Fisher's exact test (scipy; two-by-two table of correct /
 incorrect by dirty / clean): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
@@ -232,7 +233,7 @@ class CleanDirtyEval(Method):
         details: dict[str, Any] = {
             "contamination_from": cfg.contamination_from,
             "alpha": cfg.alpha,
-            "n_unsplit": len(unsplit),  # typed label_only / frequent_only (or untyped): in neither subset
+            "n_unsplit": len(unsplit),  # label_only / frequent_only / template_only (or untyped): in neither subset
             **{f"n_unsplit_{t}": n for t, n in sorted(unsplit_types.items())},
             **{f"n_{s}": len(v) for s, v in groups.items()},
             **{f"accuracy_{s}": a for s, a in acc.items()},

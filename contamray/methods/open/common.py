@@ -34,8 +34,13 @@ from contamray.methods.base import Method, Verdict
 from contamray.metrics.hash_lookup import SortedHashes
 from contamray.records import Record
 
-# "label_only" and "frequent_only": ngram_overlap's (issue #16 "honest types"); the others never give them
-CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label", "label_only", "frequent_only")
+# "label_only", "frequent_only" and "template_only": ngram_overlap's (issue #16); the others never give them
+CONTAMINATION_TYPES = ("clean", "input_only", "input_and_label", "label_only", "frequent_only", "template_only")
+# types neither contaminated nor clean: found only through evidence that does not count, and why
+SET_APART = {
+    "frequent_only": "matched only n-grams too frequent to count",
+    "template_only": "matched only template n-grams shared with other benchmark items",
+}
 TEXT_FIELDS = tuple(
     f.name for f in dataclasses.fields(Record) if f.type in ("str", str) and f.name not in ("id", "partition")
 )
@@ -299,14 +304,16 @@ def open_verdict(
 
 def summary_of_types(ok: list[dict[str, Any]]) -> str:
     """The report's line for an open-data verdict: examples found, by where the match fell, and those set
-    apart (only n-grams too frequent to count) - never folded into "clean"."""
+    apart (``SET_APART``: only n-grams too frequent to count, only template n-grams) - never folded into
+    "clean"."""
     types = Counter(str(r.get("contamination_type")) for r in ok)
     found = sum(bool(r.get("contaminated")) for r in ok)
-    parts = [f"{types[t]} {t.replace('_', ' ')}" for t in CONTAMINATION_TYPES if t != "clean" and types[t]]
-    parts = [p for p in parts if not p.endswith("frequent only")]
+    kinds = [t for t in CONTAMINATION_TYPES if t != "clean" and t not in SET_APART and types[t]]
+    parts = [f"{types[t]} {t.replace('_', ' ')}" for t in kinds]
     line = f"{found} of {len(ok)} examples found in the corpus" + (f" ({', '.join(parts)})" if parts else "")
-    if types["frequent_only"]:
-        line += f"; {types['frequent_only']} matched only n-grams too frequent to count (not counted clean)"
+    for kind, what in SET_APART.items():
+        if types[kind]:
+            line += f"; {types[kind]} {what} (not counted clean)"
     return line
 
 
@@ -499,6 +506,7 @@ def merged_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, in
         else:
             merged.append([start, end])
     return [(start, end) for start, end in merged]
+
 
 # fold helpers: evidence summaries and best rows (substring, METEOR and embedding methods)
 

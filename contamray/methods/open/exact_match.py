@@ -17,6 +17,10 @@ Scale: each input is indexed by its first ``anchor`` words (an 8-word window has
 n-gram matchers), the corpus is hashed once per batch for that length, and only anchor hits are
 compared word by word with the whole input, so the cost does not grow with the number of distinct
 input lengths. Inputs shorter than ``anchor`` words are anchored on all their words.
+
+Template n-grams (issue #16, ``ngram_overlap``'s ``template_min_items``) do not apply: an example is
+found only when its *whole* input occurs, so a match is never made of a template it shares with other
+items (two items with identical inputs are both found, as in Dodge et al.).
 """
 
 from __future__ import annotations

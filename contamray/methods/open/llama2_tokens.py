@@ -27,6 +27,12 @@ about 10 words (roughly 13 Llama tokens): say so when comparing numbers with the
 The words are ``contamray.metrics.ngrams``'s ``gpt2`` normalisation on both sides, so every language
 is covered as there (NFKC; a character of Chinese, Japanese kana, Thai ... is a word; no diacritic
 folding); a Hugging Face tokenizer does its own normalisation.
+
+Template spans (issue #16): ``ngram_overlap`` sets apart n-grams several benchmark items share; this
+method does not. Llama 2's measure is the share of a sample's *tokens* in long matched spans, and the
+paper counts every such token whatever other samples hold it; a template shared by siblings adds its
+tokens to each sibling's share, but 80 % of an example's tokens (Dirty) is not reached through a template
+alone unless the example is mostly template, which is then what the paper reports.
 """
 
 from __future__ import annotations

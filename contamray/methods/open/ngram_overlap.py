@@ -57,6 +57,16 @@ when at least that share of the label is matched too, ``"label_only"`` when no i
 answer alone is in the corpus). An example clean only because its matches were ignored as too
 frequent (``max_doc_frequency``) is ``"frequent_only"``, counted apart from ``"clean"``.
 
+Template n-grams (issue #16; ours, not the papers'): on an 18 MB corpus with 200 planted MMLU items, 116
+unplanted items were flagged only because they share 12-grams of a question template ("choose an
+option which presents a counterexample") with planted ones. An n-gram held by ``template_min_items``
+(2) or more benchmark items of the index is evidence for none of them alone: the index counts the
+items behind each n-gram (``_Table.items``), match rows carry it (``ngram_items``), ``fold`` keeps those
+grams apart, and an example is contaminated on its own grams only; one found only through template
+grams is ``"template_only"``, counted apart like ``"frequent_only"``. Two identical benchmark items
+share all their n-grams, so a copy of either is ``template_only`` for both: the corpus cannot tell
+which one it copied. ``template_min_items: null`` restores the papers' rule (every n-gram counts).
+
 Steps (open-data protocol of ``contamray.methods.base``): ``build_index`` (benchmark side, small,
 ``ray.put`` once) -> ``match`` (stateless, runs in CPU actors over corpus batches) -> ``score``
 (one row per example) -> ``reduce`` (fraction of contaminated examples).
@@ -131,6 +141,12 @@ class NGramOverlapConfig:
       ignored (GPT-3 App. C: "We ignored 13-grams that matched more than 10 training documents" as
       "common cultural phrases, legal boilerplate"; ``10`` in ``conf/method/gpt3_13gram.yaml``);
       ``None`` (default) ignores nothing. The count is streamed: see ``match``.
+    - ``template_min_items``: an n-gram held by at least this many distinct benchmark items (of the
+      index: the benchmark's rows) is a *template* n-gram ("which of the following ...", a shared
+      instruction), weak evidence for each of them: an example is contaminated on its own n-grams, and
+      one found only through template n-grams is ``template_only`` (not contaminated, not clean; issue
+      #16). Default 2 (any n-gram two items share); ``None`` counts every n-gram alike, as the papers
+      do. See ``decision``.
     - ``min_label_share``: the share of the label's words that must lie in matched grams for a
       contaminated example to be ``input_and_label`` rather than ``input_only`` (default 0.5: at least
       half of the answer is in the corpus with the question; one n-gram crossing into a 40-word
@@ -151,6 +167,7 @@ class NGramOverlapConfig:
     min_words: int = 8
     min_fraction: float | None = None
     max_doc_frequency: int | None = None
+    template_min_items: int | None = 2
     min_label_share: float = 0.5
     partition_threshold: float = 0.0
     max_evidence: int = 5
@@ -178,6 +195,12 @@ class NGramOverlapConfig:
                     "min_label_share",
                     0.0 < float(self.min_label_share) <= 1.0,
                     "a fraction in (0, 1] (0.5)",
+                ),
+                (
+                    "template_min_items",
+                    self.template_min_items is None
+                    or (isinstance(self.template_min_items, int) and self.template_min_items >= 2),
+                    "null (the papers' rule: no template n-grams) or an integer >= 2",
                 ),
                 (
                     "max_doc_frequency",
@@ -305,6 +328,7 @@ class _Table:
     starts: np.ndarray  # int64, len(keys) + 1: entries of keys[i] are starts[i]:starts[i+1]
     record: np.ndarray  # int32 record index per entry
     region: np.ndarray  # int8 region code per entry
+    items: np.ndarray  # int64 per key: distinct benchmark items (records) holding it (>= 2: a template gram)
 
 
 def _build_table(hashes: np.ndarray, record: np.ndarray, region: np.ndarray) -> _Table:
@@ -317,7 +341,10 @@ def _build_table(hashes: np.ndarray, record: np.ndarray, region: np.ndarray) -> 
     first[1:] = hashes[1:] != hashes[:-1]
     keys = hashes[first]
     starts = np.append(np.flatnonzero(first), hashes.shape[0]).astype(np.int64)
-    return _Table(keys, starts, record.astype(np.int32), region.astype(np.int8))
+    new_record = first.copy()  # entries are sorted by (hash, record): a record's first entry of a key
+    new_record[1:] |= record[1:] != record[:-1]
+    items = np.add.reduceat(new_record.astype(np.int64), starts[:-1]) if keys.shape[0] else starts[:0]
+    return _Table(keys, starts, record.astype(np.int32), region.astype(np.int8), items)
 
 
 class NGramIndex:
@@ -483,7 +510,8 @@ def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
     Columns: ``record_id``, ``partition``, ``doc_id``, ``region`` (input / label / overlap),
     ``ngram_hash`` (the 64-bit n-gram hash as signed int64), ``ngram_len`` (words), ``doc_offset`` (word
     offset of its first occurrence in the document, normalised words), ``occurrences`` (in that
-    document) and ``ngram`` (the matched words, normalised, as evidence).
+    document), ``ngram_items`` (how many benchmark items of the index hold the gram: 2 or more makes it
+    a template gram, see ``template_min_items``) and ``ngram`` (the matched words, normalised, as evidence).
 
     With ``max_doc_frequency`` set, rows of an n-gram stop once this process has emitted it for more
     than that many distinct documents (``NGramIndex.note_document``): enough to prove to ``score``
@@ -566,6 +594,7 @@ def _rows(
     idx = np.flatnonzero(first)
     occurrences = np.diff(np.append(idx, order.shape[0])).tolist()
     signed = as_signed(table.keys[e_key[idx]]).tolist()
+    items = table.items[e_key[idx]].tolist()
     doc_ids = [str(d.get("doc_id", "")) for d in docs]
     row_doc = [doc_ids[d] for d in e_doc[idx].tolist()]
     # the evidence: the matched words as they lie in the batch's normalised bytes (first occurrence)
@@ -584,15 +613,17 @@ def _rows(
             "ngram_len": length,
             "doc_offset": o,
             "occurrences": c,
+            "ngram_items": k,
             "ngram": " ".join(text.split()) if "  " in text else text,
         }
-        for r, g, d, h, o, c, text in zip(
+        for r, g, d, h, o, c, k, text in zip(
             e_rec[idx].tolist(),
             e_reg[idx].tolist(),
             row_doc,
             signed,
             e_off[idx].tolist(),
             occurrences,
+            items,
             ngram,
             strict=True,
         )
@@ -627,14 +658,45 @@ def fold(rows: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
     with them), the others kept (at most ``max_doc_frequency`` documents per gram, so at most the
     example's grams times that), and ``n_docs`` counts the documents of the hits kept.
 
+    Template grams (``template_min_items``: held by that many benchmark items, ``ngram_items`` of the
+    match rows, a property of the index) are folded apart, as a second row of the example with
+    ``template=True`` and its own counts and evidence: ``score`` decides on the other grams, the
+    example's own, and reads the template row only for an example found through template grams alone.
+    So an example has at most two folded rows, in (record id, template) order.
+
     Match rows are folded as columns (``_fold_matches``: a batch's rows, the cost that matters), then
     merged with the folded rows (``_merge``).
     """
     raw, folded = common.split_fold_input(rows, FOLD_MARK)
-    fresh = _fold_matches(raw, cfg) if raw else []
+    fresh = []
+    for template, part in _channels(raw, cfg):
+        fresh += [{**row, "template": template} for row in _fold_matches(part, cfg)]
     if not folded:
-        return fresh
+        return sorted(fresh, key=_row_key)
     return _merge(fresh + folded, cfg)
+
+
+def _row_key(row: dict[str, Any]) -> tuple[str, bool]:
+    return str(row["record_id"]), bool(row["template"])
+
+
+def is_template(items: int, cfg: NGramOverlapConfig) -> bool:
+    """Whether a gram held by ``items`` benchmark items is a template gram under ``cfg``."""
+    return cfg.template_min_items is not None and items >= cfg.template_min_items
+
+
+def _channels(raw: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[tuple[bool, list[dict[str, Any]]]]:
+    """Match rows split into (False, the rows of the examples' own grams), (True, template grams' rows);
+    empty parts left out."""
+    if not raw:
+        return []
+    items = common.columns_of(raw, ("record_id", "ngram_items"), NAME)["ngram_items"]
+    if cfg.template_min_items is None:
+        return [(False, raw)]
+    flags = [is_template(int(k), cfg) for k in items]
+    parts = [(False, [r for r, t in zip(raw, flags, strict=True) if not t])]
+    parts.append((True, [r for r, t in zip(raw, flags, strict=True) if t]))
+    return [(template, part) for template, part in parts if part]
 
 
 def _kept_texts(pairs: Iterable[tuple[Any, str]], frequent: Container[Any], limit: int, per_gram: bool) -> list:
@@ -848,26 +910,27 @@ class _Example:
 
 
 def _merge(folded: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
-    """Folded rows merged into one per example, in record id order."""
-    examples: dict[str, _Example] = {}
+    """Folded rows merged into one per example and channel (own grams, template grams), in
+    (record id, template) order."""
+    examples: dict[tuple[str, bool], _Example] = {}
     for row in folded:
-        rid = str(row["record_id"])
-        examples.setdefault(rid, _Example(row.get("partition"))).add(row)
-    return [examples[rid].row(rid, cfg) for rid in sorted(examples)]
+        examples.setdefault(_row_key(row), _Example(row.get("partition"))).add(row)
+    return [{**examples[key].row(key[0], cfg), "template": key[1]} for key in sorted(examples)]
 
 
 # --------------------------------------------------------------------------- scoring and reduction
 
 
-def _ignored(folded: dict[str, dict[str, Any]], records: Sequence[Record], limit: int | None) -> set[tuple[int, int]]:
-    """Grams ``(length, hash)`` in more than ``limit`` documents, counted over ``records``' rows."""
+def _ignored(folded: dict[tuple[str, bool], dict[str, Any]], records: Sequence[Record], limit: int | None) -> set:
+    """Grams ``(length, hash)`` in more than ``limit`` documents, counted over ``records``' rows (both
+    channels: own and template grams)."""
     if limit is None:
         return set()
     docs: dict[tuple[int, int], int] = {}
     for record in records:
-        row = folded.get(record.id)
-        for gram in zip(row["gram_len"], row["gram_hash"], row["gram_docs"], strict=True) if row else ():
-            docs[gram[:2]] = max(docs.get(gram[:2], 0), gram[2])
+        for row in (folded.get((record.id, False)), folded.get((record.id, True))):
+            for gram in zip(row["gram_len"], row["gram_hash"], row["gram_docs"], strict=True) if row else ():
+                docs[gram[:2]] = max(docs.get(gram[:2], 0), gram[2])
     return {gram for gram, count in docs.items() if count > limit}
 
 
@@ -925,29 +988,48 @@ def covered_words(record: Record, cfg: NGramOverlapConfig, grams: set[tuple[int,
     return ni, total - ni, int(inside[:ni].sum()), int(inside[ni:].sum())
 
 
-def match_type(
-    contaminated: bool, frequent_only: bool, words: tuple[int, int, int, int], min_label_share: float
-) -> str:
+def match_type(contaminated: bool, apart: str, words: tuple[int, int, int, int], min_label_share: float) -> str:
     """The contamination type from where the matched words fall (``words``: see ``covered_words``).
 
     ``label_only``: no input word is matched (only the answer is in the corpus); ``input_and_label``:
     input words are, and at least ``min_label_share`` of the label's words; ``input_only``: input
-    words are, fewer of the label's. Not contaminated: ``frequent_only`` when n-grams ignored as too
-    frequent (``max_doc_frequency``) would have made it contaminated, else ``clean``.
+    words are, fewer of the label's. Not contaminated: ``apart`` when it is set (``"template_only"``:
+    only n-grams shared with other benchmark items would have made it contaminated;
+    ``"frequent_only"``: only n-grams ignored as too frequent would have, ``max_doc_frequency``), else
+    ``clean``.
     """
     if not contaminated:
-        return "frequent_only" if frequent_only else "clean"
+        return apart or "clean"
     n_input, n_label, input_found, label_found = words
     if not input_found:
         return "label_only"
     return "input_and_label" if n_label and label_found >= min_label_share * n_label else "input_only"
 
 
-def _decides(grams: ExampleGrams, matched: int, cfg: NGramOverlapConfig) -> bool:
-    """GPT-3's "any collision" (``min_matches``) and PaLM's ``min_fraction`` rule for ``matched`` grams."""
+def _decides(grams: ExampleGrams, matched: int, cfg: NGramOverlapConfig, shared: int = 0) -> bool:
+    """GPT-3's "any collision" (``min_matches``) and PaLM's ``min_fraction`` rule for ``matched`` grams;
+    ``shared`` template grams found are left out of the fraction's denominator (they are no evidence
+    either way: an example's fraction is over its own grams and those of its template not found)."""
     if grams.status not in (STATUS_NGRAMS, STATUS_WHOLE) or matched < cfg.min_matches:
         return False
-    return cfg.min_fraction is None or matched >= cfg.min_fraction * sum(grams.counts)
+    return cfg.min_fraction is None or matched >= cfg.min_fraction * (sum(grams.counts) - shared)
+
+
+def decision(grams: ExampleGrams, own: _Found, template: _Found, cfg: NGramOverlapConfig) -> tuple[bool, str]:
+    """(contaminated, the type it is set apart as when not: ``""``, ``template_only`` or ``frequent_only``).
+
+    Contaminated on the example's own grams (``own``: not template, not ignored as too frequent); else
+    ``template_only`` when its template grams found (``template``) would have made it contaminated, else
+    ``frequent_only`` when the grams ignored as too frequent (of either kind) would have.
+    """
+    mine, shared = sum(own.matched), sum(template.matched)
+    if _decides(grams, mine, cfg, shared):
+        return True, ""
+    if shared and _decides(grams, mine + shared, cfg):
+        return False, "template_only"
+    if _decides(grams, mine + shared + sum(own.ignored) + sum(template.ignored), cfg):
+        return False, "frequent_only"
+    return False, ""
 
 
 def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> list[dict[str, Any]]:
@@ -957,26 +1039,32 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
     ``n_ngrams`` and ``n_*_ngrams`` count the example's distinct grams per region; ``matched_*``
     how many of them were found in at least one corpus document; ``fraction_matched`` is
     ``matched_total / n_ngrams`` (None when the example was not checked); ``matched_ignored`` the
-    grams found but ignored as too frequent; ``matched_input_words`` / ``matched_label_words`` how
+    grams found but ignored as too frequent; ``matched_template`` the template grams found (held by
+    ``template_min_items`` benchmark items or more: not in ``matched_*``, see ``decision``);
+    ``matched_input_words`` / ``matched_label_words`` how
     many of a contaminated example's input and label words lie in matched grams (they set
     ``contamination_type``: ``match_type``); ``n_docs`` counts the matched documents,
     ``doc_ids`` and ``evidence`` keep up to ``max_evidence`` matched document ids and n-grams
     (sorted); ``spans`` the word ranges the counted n-grams cover in the first ``max_evidence``
     documents (``{"doc_id", "start", "end", "unit"}``, at most ``max_evidence``). With
     ``max_doc_frequency``, an n-gram in more than that many distinct documents is ignored (not
-    matched, no evidence, its documents not counted unless another n-gram matched them).
+    matched, no evidence, its documents not counted unless another n-gram matched them). The evidence
+    (``n_docs``, ``doc_ids``, ``evidence``, ``spans``) is that of the example's own grams, or of its
+    template grams for a ``template_only`` example.
     """
-    folded = {row["record_id"]: row for row in fold(matches, cfg)}
+    folded = {_row_key(row): row for row in fold(matches, cfg)}
     ignored = _ignored(folded, records, cfg.max_doc_frequency)
+    filtered = cfg.max_doc_frequency is not None
     rows = []
     for record, grams in zip(records, example_grams_batch(records, cfg), strict=True):
-        found = _found(folded.get(record.id), ignored, cfg.max_doc_frequency is not None)
-        counts, matched = grams.counts, found.matched
+        own = _found(folded.get((record.id, False)), ignored, filtered)
+        template = _found(folded.get((record.id, True)), ignored, filtered)
+        contaminated, apart = decision(grams, own, template, cfg)
+        found = template if apart == "template_only" else own  # the evidence shown
+        counts, matched = grams.counts, own.matched
         total = sum(counts)
         matched_total = sum(matched)
-        contaminated = _decides(grams, matched_total, cfg)
-        frequent_only = not contaminated and _decides(grams, matched_total + sum(found.ignored), cfg)
-        words = covered_words(record, cfg, found.kept) if contaminated else (0, 0, 0, 0)
+        words = covered_words(record, cfg, own.kept) if contaminated else (0, 0, 0, 0)
         error = ""
         if grams.status == STATUS_EMPTY:
             fields = ", ".join(cfg.input_fields + cfg.label_fields)
@@ -996,7 +1084,8 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
             "matched_label": matched[LABEL],
             "matched_overlap": matched[OVERLAP],
             "matched_total": matched_total,
-            "matched_ignored": sum(found.ignored),
+            "matched_template": sum(template.matched),
+            "matched_ignored": sum(own.ignored) + sum(template.ignored),
             "fraction_matched": matched_total / total if total else None,
             "matched_input_words": words[2],
             "matched_label_words": words[3],
@@ -1013,17 +1102,18 @@ def score(records: Sequence[Record], matches: Any, cfg: NGramOverlapConfig) -> l
             max_evidence=cfg.max_evidence,
             error=error,
         )
-        row["contamination_type"] = match_type(contaminated, frequent_only, words, cfg.min_label_share)
+        row["contamination_type"] = match_type(contaminated, apart, words, cfg.min_label_share)
         row["n_docs"] = found.n_docs
         rows.append(row)
     return rows
 
 
 def _type_counts(ok: list[dict[str, Any]]) -> dict[str, Any]:
-    """The types ``open_verdict`` does not count: label-only examples (contaminated) and those clean
-    only because their n-grams were too frequent (not contaminated, not clean either)."""
+    """The types ``open_verdict`` does not count: label-only examples (contaminated) and those set apart,
+    neither contaminated nor clean: found only through n-grams too frequent to count, or only through
+    template n-grams shared with other benchmark items."""
     out: dict[str, Any] = {}
-    for kind in ("label_only", "frequent_only"):
+    for kind in ("label_only", "frequent_only", "template_only"):
         n = sum(r.get("contamination_type") == kind for r in ok)
         out[f"n_{kind}"] = n
         out[f"{kind}_rate"] = common.fraction(n, len(ok))
@@ -1048,13 +1138,15 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
     benchmarks whose inputs come from the web (SQuAD, DROP) collide on the input alone, so
     ``details`` separates the input-only, input-and-label and label-only rates (read the latter two to
     see whether answers leaked), counts the examples clean only because their n-grams were too
-    frequent (``n_frequent_only``, not in ``n_clean``), and gives GPT-2's statistic, the percentage of
-    the partition's n-grams found in the corpus. ``p_value`` is None: this is a measurement, not a test.
+    frequent (``n_frequent_only``, not in ``n_clean``) and those found only through template n-grams
+    (``n_template_only``, neither), and gives GPT-2's statistic, the percentage of the partition's
+    n-grams found in the corpus (template n-grams included: they were found). ``p_value`` is None: this
+    is a measurement, not a test.
     """
     rows = common.table_rows(table)
     ok = [r for r in rows if not r.get("error")]
     ngrams_total = sum(int(r.get("n_ngrams") or 0) for r in ok)
-    ngrams_matched = sum(int(r.get("matched_total") or 0) for r in ok)
+    ngrams_matched = sum(int(r.get("matched_total") or 0) + int(r.get("matched_template") or 0) for r in ok)
     return common.open_verdict(
         NAME,
         rows,
@@ -1072,6 +1164,7 @@ def reduce(table: Any, cfg: NGramOverlapConfig) -> Verdict:
             "min_matches": cfg.min_matches,
             "min_fraction": cfg.min_fraction,
             "max_doc_frequency": cfg.max_doc_frequency,
+            "template_min_items": cfg.template_min_items,
             "min_label_share": cfg.min_label_share,
             "normalization": cfg.normalization,
             "fold_diacritics": cfg.fold_diacritics,
