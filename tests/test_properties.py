@@ -170,7 +170,8 @@ def _grams(words: list[str], n: int) -> set[tuple[str, ...]]:
 @given(planted_corpus(), st.integers(2, 4))
 def test_ngram_matching_equals_brute_force(corpus, n: int):
     """``ngram_overlap``'s hashed index and vectorised match find exactly the n-grams (and documents) a
-    brute-force set intersection of normalised word n-grams finds."""
+    brute-force set intersection of normalised word n-grams finds; n-grams two examples share are
+    template n-grams, counted apart (an example found only through them is ``template_only``)."""
     from contamray.methods.open import ngram_overlap as ngo
     from contamray.metrics.ngrams import words
     from contamray.records import Record
@@ -183,17 +184,24 @@ def test_ngram_matching_equals_brute_force(corpus, n: int):
     matches = ngo.match(documents, ngo.build_index(records, cfg), cfg)
     rows = {r["record_id"]: r for r in ngo.score(records, matches, cfg)}
     doc_grams = {d["doc_id"]: _grams(words(d["text"]), n) for d in documents}
+    holders: dict[tuple[str, ...], int] = {}
+    for record in records:
+        for gram in _grams(words(record.input), n):
+            holders[gram] = holders.get(gram, 0) + 1
     for record in records:
         mine = _grams(words(record.input), n)
         found = {g for g in mine if any(g in grams for grams in doc_grams.values())}
+        shared = {g for g in found if holders[g] >= 2}
         row = rows[record.id]
         if len(words(record.input)) < n:
             assert row["status"] == ngo.STATUS_TOO_SHORT and not row["contaminated"]
             continue
         assert row["n_ngrams"] == len(mine)
-        assert row["matched_total"] == len(found)
-        assert row["contaminated"] == bool(found)
-        assert row["doc_ids"] == sorted(d for d, grams in doc_grams.items() if grams & mine)
+        assert (row["matched_total"], row["matched_template"]) == (len(found - shared), len(shared))
+        assert row["contaminated"] == bool(found - shared)
+        assert (row["contamination_type"] == "template_only") == bool(shared and not found - shared)
+        evidence = found - shared if found - shared else shared
+        assert row["doc_ids"] == sorted(d for d, grams in doc_grams.items() if grams & evidence)
 
 
 CHARS = st.text(alphabet="abAB12 ,.-", min_size=0, max_size=40)
