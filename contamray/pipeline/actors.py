@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from contamray.corpus.pieces import Window, batches, widest
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import get_method
 from contamray.records import Record
@@ -143,24 +144,50 @@ CORPUS_ERRORS = "corpus-errors"  # MatchWorker's output row for the batch's bad 
 def byte_bounded(docs: list[dict[str, Any]], max_bytes: int) -> Iterator[list[dict[str, Any]]]:
     """``docs`` in consecutive pieces of about ``max_bytes`` bytes of UTF-8 text: a piece ends with the
     document that reaches the bound, so a longer document is matched alone and none is cut."""
-    piece: list[dict[str, Any]] = []
-    size = 0
-    for doc in docs:
-        text = doc["text"]
-        piece.append(doc)
-        size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        if size >= max_bytes:
-            yield piece
-            piece, size = [], 0
-    if piece:
-        yield piece
+    return batches(docs, max_bytes, None)
+
+
+class Scanner:
+    """Matches a batch of documents against open-data cells' indexes, each cell's rows folded (``fold``):
+    ``MatchWorker``'s work, in-process (no Ray).
+
+    ``cells`` are ``(cell key, method, config, index)``. A batch is matched in pieces of about
+    ``max_bytes`` bytes of text (``contamray.corpus.pieces.batches``), so what a method builds per character
+    (GPT-4 substrings: ~42 bytes) stays bounded whatever the documents' length: a document longer than
+    ``max_bytes`` is cut into pieces that overlap by what the method's ``window`` declares (an n-gram
+    method: n - 1 words), each window found by exactly one piece, and all pieces of a document folded in
+    one call. Methods whose windows count the same units share one cut (the widest window of them) and so
+    the batch's tokenisation; a method without a window (METEOR, the embedding methods) matches every
+    document whole.
+    """
+
+    def __init__(self, cells: list[tuple[str, Any, Any, Any]], max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.cells = []
+        windows: dict[Any, list[Window]] = defaultdict(list)
+        for cell_key, method, cfg, index in cells:
+            window = method.window(cfg, index)
+            self.cells.append((cell_key, method, cfg, index, window.group if window else None))
+            if window is not None:
+                windows[window.group].append(window)
+        self.windows: dict[Any, Window | None] = {None: None, **{g: widest(ws) for g, ws in windows.items()}}
+
+    def __call__(self, docs: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]], float]]:
+        """``(cell key, folded rows, seconds of match and fold)`` per cell."""
+        out = []
+        cuts: dict[Any, list[list[dict[str, Any]]]] = {}
+        for cell_key, method, cfg, index, group in self.cells:
+            started = time.perf_counter()
+            if group not in cuts:  # the same lists for every method of the group: one tokenisation
+                cuts[group] = list(batches(docs, self.max_bytes, self.windows[group]))
+            rows = method.fold([row for piece in cuts[group] for row in method.match(piece, index, cfg)], cfg)
+            out.append((cell_key, rows, time.perf_counter() - started))
+        return out
 
 
 class MatchWorker:
-    """Scans corpus batches against every open-data cell's benchmark index (fetched once).
-
-    A batch is matched in pieces of about ``max_bytes`` bytes of text (``byte_bounded``), so what a method
-    builds per character (GPT-4 substrings: ~42 bytes) stays bounded whatever the documents' length.
+    """Scans corpus batches against every open-data cell's benchmark index (fetched once), with a ``Scanner``
+    (byte-bounded pieces; long documents cut by the methods' windows).
 
     Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows folded per
     example (``Method.fold``: a few rows per example however often the batch copies it; empty bytes when
@@ -174,12 +201,11 @@ class MatchWorker:
     def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]], max_bytes: int = 16 << 20) -> None:
         import ray
 
-        self.max_bytes = max_bytes
-        self.indexes = []
+        cells = []
         for cell_key, label, name, params, ref in indexes:
             method = get_method(name)
-            cfg = method.make_config(params, where=f"methods.{label}")
-            self.indexes.append((cell_key, method, cfg, ray.get(ref)))
+            cells.append((cell_key, method, method.make_config(params, where=f"methods.{label}"), ray.get(ref)))
+        self.scanner = Scanner(cells, max_bytes)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         docs = [
@@ -195,13 +221,10 @@ class MatchWorker:
                 cells.append(CORPUS_ERRORS)
                 matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
                 seconds.append(0.0)
-        pieces = list(byte_bounded(docs, self.max_bytes))
-        for cell_key, method, cfg, index in self.indexes:
-            started = time.perf_counter()
-            rows = method.fold([row for piece in pieces for row in method.match(piece, index, cfg)], cfg)
-            seconds.append(time.perf_counter() - started)
+        for cell_key, rows, spent in self.scanner(docs):
             cells.append(cell_key)
             matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows else b"")
+            seconds.append(spent)
         return {"cell": cells, "matches": matches, "seconds": seconds}
 
 

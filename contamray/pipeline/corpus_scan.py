@@ -7,7 +7,9 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
   ``ray.match_concurrency`` .. ``ray.match_concurrency_max`` actors, default the cluster's CPUs). A batch
   of ``ray.corpus_batch_size`` documents is matched in pieces of about ``ray.corpus_batch_bytes`` bytes of
   text (``MatchWorker``): GPT-4 substrings hold ~42 bytes per character, so 1,024 book-length documents
-  matched at once would need ~20 GB in one worker.
+  matched at once would need ~20 GB in one worker. A document longer than that is itself cut into pieces
+  overlapping by what each method's ``window`` declares (n - 1 words for an n-gram method), so no window
+  is lost or counted twice (``contamray.corpus.pieces``).
 - **Fold where the data is.** A match actor folds the rows its method's ``match`` gives for a batch
   (``Method.fold``, ``methods/open/common.FOLD_CONTRACT``): per example a few rows (counts as numbers, the
   first ``max_evidence`` documents as evidence), whatever the number of corpus copies. The driver folds

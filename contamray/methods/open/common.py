@@ -30,6 +30,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from contamray.corpus.pieces import Window
 from contamray.methods.base import Method, Verdict
 from contamray.metrics.hash_lookup import SortedHashes
 from contamray.records import Record
@@ -320,8 +321,11 @@ def summary_of_types(ok: list[dict[str, Any]]) -> str:
 FOLD_CONTRACT = """What an open-data method's ``fold(rows, cfg)`` promises (issue #16: aggregate where the data is).
 
 ``rows`` are match rows as ``match`` returns them, rows an earlier ``fold`` returned, or a mix, of any
-records of one cell. Every corpus document is matched in exactly one ``match`` call (a long document's
-pieces too), so the rows of one document never arrive split across two inputs that are folded together.
+records of one cell. Every corpus document is matched in one batch of one match worker: whole, or, when
+longer than ``ray.corpus_batch_bytes``, in pieces (``contamray.corpus.pieces``: each window found by
+exactly one piece, at its offset in the whole document) whose match rows are folded together in one call,
+so the rows of one document never arrive split across two inputs that are folded together, and ``fold``
+keeps per document what it would keep of the whole document (its first occurrence of a gram, one count).
 
 1. Faithful: for any split of the corpus documents into batches ``D1 .. Dk`` and any order and bracketing
    of the folds, ``score(records, fold(fold(match(D1)) + ... + fold(match(Dk))))`` equals
@@ -346,6 +350,7 @@ class Steps(NamedTuple):
     score: Callable[..., list[dict[str, Any]]]
     reduce: Callable[..., Verdict]
     fold: Callable[..., list[dict[str, Any]]]
+    window: Callable[..., Window | None] | None = None  # how a long document may be cut; None: never
 
 
 class OpenMethod(Method):
@@ -373,6 +378,11 @@ class OpenMethod(Method):
 
     def reduce(self, table: Any, cfg: Any) -> Verdict:
         return self.steps.reduce(table, cfg)
+
+    def window(self, cfg: Any, index: Any) -> Window | None:
+        """What ``match`` looks at, so the scan may match a long document in pieces that lose nothing
+        (``contamray.corpus.pieces``); None (the default): the method matches every document whole."""
+        return self.steps.window(cfg, index) if self.steps.window is not None else None
 
 
 @dataclass

@@ -41,6 +41,12 @@ global top-k is at or above its worker's running k-th best when it is seen), so 
 (``best_rows``, on the worker) and ``score`` recover it exactly from the rows, while a worker emits
 about ``k * log(batches)`` rows per example instead of one per batch. Build a fresh index for each
 scan: a second scan through the same index only emits what beats the first one.
+
+Long documents are embedded whole (no ``window``, ``contamray.corpus.pieces``): a passage's label check
+reads the words after it, across lines, and the running top-k must never see a passage the whole
+document does not have (a piece's cut-off context line would be one), so a piece would need its own
+passages filtered before the search; not done. A document costs one encoder pass per passage either way,
+linear in its length; only its passages and their 1.5 KB vectors are held per batch.
 """
 
 from __future__ import annotations

@@ -26,13 +26,15 @@ items (two items with identical inputs are both found, as in Dodge et al.).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from contamray.corpus.pieces import Window, piece_bounds
 from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
-from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
+from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of, word_count
 from contamray.metrics import ngrams as ng
 from contamray.records import Record
 
@@ -135,6 +137,7 @@ def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) 
     if not docs or not index.tables:
         return []
     words, hashes = tokenise_docs(docs, cfg.style, NAME)
+    bounds = piece_bounds(docs)
     found: dict[tuple[int, int], list[int]] = {}
     for a, table in index.tables.items():
         windows = windows_of(a, hashes)
@@ -144,6 +147,8 @@ def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) 
         if positions.shape[0] == 0:
             continue
         doc, offset = windows.locate(positions)
+        owned = bounds.owned(doc, offset)  # a piece of a long document: inputs starting in its own words
+        doc, offset, entries = doc[owned], offset[owned], entries[owned]
         for d, o, r in zip(doc.tolist(), offset.tolist(), entries.tolist(), strict=True):
             inp = index.inputs[r]
             if not np.array_equal(hashes[d][o : o + inp.shape[0]], inp):
@@ -158,17 +163,18 @@ def match(docs: list[dict[str, Any]], index: ExactIndex, cfg: ExactMatchConfig) 
     rows = []
     for (r, d), (offset, occurrences, label_at) in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         n = index.inputs[r].shape[0]
+        base = int(bounds.base[d])  # word offsets in the whole document
         rows.append(
             {
                 "record_id": index.record_ids[r],
                 "partition": index.partitions[r],
                 "doc_id": str(docs[d].get("doc_id", "")),
-                "start": offset,
-                "end": offset + n,
+                "start": base + offset,
+                "end": base + offset + n,
                 "occurrences": occurrences,
                 "label_found": label_at >= 0,
-                "label_start": label_at,
-                "label_end": label_at + index.labels[r].shape[0] if label_at >= 0 else -1,
+                "label_start": base + label_at if label_at >= 0 else -1,
+                "label_end": base + label_at + index.labels[r].shape[0] if label_at >= 0 else -1,
                 "text": b" ".join(words[d][offset : offset + min(n, 40)]).decode("utf-8", "replace"),
             }
         )
@@ -195,12 +201,19 @@ def fold(rows: Any, cfg: ExactMatchConfig) -> list[dict[str, Any]]:
         return examples.setdefault(str(row["record_id"]), new)
 
     cols = common.columns_of(raw, MATCH_COLUMNS, NAME)
-    for row, _, doc, start, end, found, label_start, label_end in zip(raw, *cols.values(), strict=True):
+    first: dict[tuple[str, str], tuple[bool, tuple[str, int, int, int, int]]] = {}
+    for row, rid, doc, start, end, found, label_start, label_end in zip(raw, *cols.values(), strict=True):
         found = bool(found)
         hit = (str(doc), int(start), int(end), int(label_start) if found else -1, int(label_end) if found else -1)
         ex = example(row)
-        ex["hits"].add(hit)
         ex["label_found"] |= found
+        # one hit per document, as a whole document's row has it: the first occurrence the label
+        # follows, else the first (the pieces of a long document give one each)
+        key = (str(rid), str(doc))
+        if key not in first or (not found, hit[1]) < (not first[key][0], first[key][1][1]):
+            first[key] = (found, hit)
+    for (rid, _), (_, hit) in first.items():
+        examples[rid]["hits"].add(hit)
     for ex in examples.values():  # match rows: one per (record, document)
         ex["n_docs"] = len({hit[0] for hit in ex["hits"]})
     for row in folded:
@@ -296,6 +309,17 @@ def build_index(records: list[Record], cfg: ExactMatchConfig) -> ExactIndex:
     return ExactIndex(cfg, records)
 
 
+def window(cfg: ExactMatchConfig, index: ExactIndex) -> Window:
+    """What ``match`` looks at, for matching a long document in pieces (``contamray.corpus.pieces``): an
+    input, then its label within ``label_window`` words: a piece needs that many words, less one, after
+    the words it owns (for the longest input and label of the index)."""
+    longest = max(
+        (inp.shape[0] + cfg.label_window + lab.shape[0] for inp, lab in zip(index.inputs, index.labels, strict=True)),
+        default=1,
+    )
+    return Window(f"words:{cfg.style}", partial(word_count, style=cfg.style), after=max(int(longest) - 1, 0))
+
+
 @register
 class ExactMatch(common.OpenMethod):
     """Registered as ``exact_match`` (family ``open``)."""
@@ -307,4 +331,4 @@ class ExactMatch(common.OpenMethod):
         membership="contaminated",
     )
     Config = ExactMatchConfig
-    steps = common.Steps(build_index, match, score, reduce, fold)
+    steps = common.Steps(build_index, match, score, reduce, fold, window)

@@ -36,10 +36,12 @@ import re
 import threading
 import unicodedata
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from contamray.corpus.pieces import Window, piece_bounds
 from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.metrics import rolling
@@ -194,6 +196,7 @@ def match(docs: list[dict[str, Any]], index: SubstringIndex, cfg: GPT4SubstringC
         return []
     texts, prefix, ends = _processed(docs, cfg.lowercase)
     starts = ends - np.array([len(t) for t in texts], dtype=np.int64)
+    bounds = piece_bounds(docs)  # a piece of a long document: substrings starting in its own characters
     found: dict[tuple[int, int], list[int]] = {}  # (entry, doc) -> [first offset, occurrences]
     for length, table in index.tables.items():
         hashes = rolling.mix64(prefix.windows(length))  # one prefix sum for every length
@@ -203,6 +206,8 @@ def match(docs: list[dict[str, Any]], index: SubstringIndex, cfg: GPT4SubstringC
             offset = p - int(starts[d])
             if p + length > ends[d] or texts[d][offset : offset + length] != index.texts[e]:
                 continue  # crosses into the next document, or a hash collision
+            if not bounds.lo[d] <= offset < bounds.hi[d]:
+                continue  # another piece of the document reports it
             slot = found.setdefault((e, d), [offset, 0])
             slot[1] += 1
     rows = []
@@ -215,8 +220,8 @@ def match(docs: list[dict[str, Any]], index: SubstringIndex, cfg: GPT4SubstringC
                 "doc_id": str(docs[d].get("doc_id", "")),
                 "sample": index.sample_no[e],
                 "region": index.sample_region[e],
-                "start": offset,
-                "end": offset + len(index.texts[e]),
+                "start": int(bounds.base[d]) + offset,
+                "end": int(bounds.base[d]) + offset + len(index.texts[e]),
                 "occurrences": occurrences,
                 "substring": index.texts[e],
             }
@@ -233,6 +238,7 @@ def fold(rows: Any, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
     whether a found sample touches the label (``common.FOLD_CONTRACT``)."""
     out = []
     for record_id, group in common.fold_input(rows, _NEEDED, NAME).items():
+        group = _first_per_document(group)
         evidence = common.fold_evidence(
             group, cfg.max_evidence, counts=lambda r: True, label=lambda r: r["region"] in ("label", "overlap")
         )
@@ -240,6 +246,30 @@ def fold(rows: Any, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
         samples.update(int(s) for r in group if common.folded_kind(r) == "evidence" for s in r["samples_found"])
         out.append(evidence.row(record_id, group[0].get("partition"), samples_found=sorted(samples)))
     return out
+
+
+def _first_per_document(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An example's fold input with one match row per (document, sample): the first occurrence, as a whole
+    document's row has it (the pieces of a long document give one each); folded rows as they are."""
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in group:
+        if not common.folded_kind(row):
+            key = (str(row["doc_id"]), int(row["sample"]))
+            if key not in first or int(row["start"]) < int(first[key]["start"]):
+                first[key] = row
+    return [r for r in group if common.folded_kind(r)] + [first[key] for key in sorted(first)]
+
+
+def window(cfg: GPT4SubstringConfig, index: SubstringIndex) -> Window:
+    """What ``match`` looks at, for matching a long document in pieces (``contamray.corpus.pieces``):
+    substrings of at most ``length`` processed characters, so a piece needs ``length - 1`` characters
+    after those it owns - one more here, so that a lowercased Greek sigma at a piece's end has the letter
+    after it (``str.lower`` writes a final sigma by what follows)."""
+    return Window(f"chars:gpt4:{cfg.lowercase}", partial(_char_count, lowercase=cfg.lowercase), after=cfg.length)
+
+
+def _char_count(text: str, lowercase: bool) -> int:
+    return len(normalize(text, lowercase))
 
 
 def score(records: list[Record], matches: Any, cfg: GPT4SubstringConfig) -> list[dict[str, Any]]:
@@ -298,4 +328,4 @@ class GPT4Substring(common.OpenMethod):
         membership="n_samples_found",
     )
     Config = GPT4SubstringConfig
-    steps = common.Steps(build_index, match, score, reduce, fold)
+    steps = common.Steps(build_index, match, score, reduce, fold, window)

@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
 
+from contamray.corpus.pieces import Window, piece_bounds
 from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
-from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of
+from contamray.methods.open.ngram_overlap import tokenise_docs, windows_of, word_count
 from contamray.metrics import ngrams as ng
 from contamray.records import Record
 
@@ -211,6 +212,7 @@ def match(docs: list[dict[str, Any]], index: TokenIndex, cfg: Llama2TokensConfig
     if positions.shape[0] == 0:
         return []
     doc, offset = windows.locate(positions)
+    bounds = piece_bounds(docs)  # a piece of a long document reports the spans starting in its own tokens
     seeds: dict[tuple[int, int, int], set[int]] = {}  # (record, doc, shift) -> example positions
     for d, o, e in zip(doc.tolist(), offset.tolist(), entries.tolist(), strict=True):
         r, i = index.entry_record[e], index.entry_position[e]
@@ -224,6 +226,8 @@ def match(docs: list[dict[str, Any]], index: TokenIndex, cfg: Llama2TokensConfig
         for i in sorted(starts):
             if i - 1 in starts:
                 continue  # inside an exact run: its span ends where the run start's span ends
+            if not bounds.lo[d] <= i + shift < bounds.hi[d]:
+                continue  # another piece of the document reports it
             end, mismatches = extend_span(example, doc_tokens[d], i, shift, cfg.min_span, cfg.skip_budget)
             rows.append(
                 {
@@ -232,7 +236,7 @@ def match(docs: list[dict[str, Any]], index: TokenIndex, cfg: Llama2TokensConfig
                     "doc_id": str(docs[d].get("doc_id", "")),
                     "start": i,
                     "end": end,
-                    "doc_start": i + shift,
+                    "doc_start": int(bounds.base[d]) + i + shift,
                     "mismatches": mismatches,
                     "n_tokens": int(example.shape[0]),
                     "label_tokens": max(0, end - max(i, index.boundaries[r])),
@@ -379,6 +383,19 @@ def build_index(records: list[Record], cfg: Llama2TokensConfig) -> TokenIndex:
     return TokenIndex(cfg, records)
 
 
+def window(cfg: Llama2TokensConfig, index: TokenIndex) -> Window | None:
+    """What ``match`` looks at, for matching a long document in pieces (``contamray.corpus.pieces``): a
+    span starts at an exact run of ``min_span`` tokens - a piece needs the token before what it owns, to
+    see whether the run started earlier - and runs on at most to its example's end, so a piece needs the
+    longest example's tokens, less one, after. Only with ``"words"``: a Hugging Face tokenizer's ids of a
+    piece need not be those of the whole text (a word's first piece token differs at a text's start), so
+    such documents are matched whole."""
+    if cfg.tokenizer != WORDS:
+        return None
+    longest = max((int(t.shape[0]) for t in index.tokens), default=cfg.min_span)
+    return Window("words:gpt2", partial(word_count, style="gpt2"), after=max(longest, cfg.min_span) - 1, before=1)
+
+
 @register
 class Llama2Tokens(common.OpenMethod):
     """Registered as ``llama2_tokens`` (family ``open``)."""
@@ -390,4 +407,4 @@ class Llama2Tokens(common.OpenMethod):
         membership="contaminated_share",
     )
     Config = Llama2TokensConfig
-    steps = common.Steps(build_index, match, score, reduce, fold)
+    steps = common.Steps(build_index, match, score, reduce, fold, window)

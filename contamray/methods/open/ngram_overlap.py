@@ -77,10 +77,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from contamray.corpus.pieces import Bounds, Window, piece_bounds
 from contamray.methods.base import Outputs, Verdict, register
 from contamray.methods.open import common
 from contamray.methods.open.common import CONTAMINATION_TYPES, HashTable
@@ -92,6 +94,7 @@ from contamray.metrics.ngrams import (
     as_signed,
     finish,
     hash_windows,
+    normalized_bytes,
     style_name,
     window_hashes,
     word_hashes,
@@ -521,10 +524,24 @@ def match(docs: list[dict[str, Any]], index: NGramIndex, cfg: NGramOverlapConfig
     if not docs or not index.tables:
         return []
     batch = token_batch(docs, cfg.style)
+    bounds = piece_bounds(docs)
     rows: list[dict[str, Any]] = []
     for length, windows, hit, key in gram_hits(batch, index):
-        rows.extend(_rows(docs, batch, index, length, index.tables[length], windows, hit, key, cfg.max_doc_frequency))
+        table = index.tables[length]
+        rows.extend(_rows(docs, batch, index, length, table, windows, hit, key, cfg.max_doc_frequency, bounds))
     return rows
+
+
+def word_count(text: str, style: str) -> int:
+    """Normalised words of ``text`` (``contamray.metrics.ngrams``), as ``match`` counts them."""
+    return len(normalized_bytes(text, style).split())
+
+
+def window(cfg: NGramOverlapConfig, index: NGramIndex) -> Window:
+    """What ``match`` looks at, for matching a long document in pieces (``contamray.corpus.pieces``):
+    grams of at most ``n`` normalised words (whole-example grams are shorter), so a piece needs the
+    ``n - 1`` words after what it owns; the first occurrence per document is what ``fold`` keeps."""
+    return Window(f"words:{cfg.style}", partial(word_count, style=cfg.style), after=max(index.n - 1, 0))
 
 
 def gram_hits(batch: TokenBatch, index: NGramIndex) -> list[tuple[int, Windows, np.ndarray, np.ndarray]]:
@@ -568,16 +585,24 @@ def _rows(
     hit: np.ndarray,
     key: np.ndarray,
     limit: int | None,
+    bounds: Bounds,
 ) -> list[dict[str, Any]]:
     """Match rows of the hits of one gram length: one per distinct (record, doc, gram, region).
+
+    A piece of a long document (``contamray.corpus.pieces``) reports the grams that start in the words
+    it owns, at their offsets in the whole document.
 
     Everything up to the row dicts is array work; the rows are then built from column lists in one
     comprehension (a planted corpus gives thousands of rows per batch: a Python loop with a call per
     row cost a third of the scan).
     """
+    doc, offset = windows.locate(hit)
+    owned = bounds.owned(doc, offset)
+    if not owned.all():
+        hit, key, doc, offset = hit[owned], key[owned], doc[owned], offset[owned]
     if hit.shape[0] == 0:
         return []
-    doc, offset = windows.locate(hit)
+    offset = offset + bounds.base[doc]
     # expand every hit to the (record, region) entries of its key
     counts = table.starts[key + 1] - table.starts[key]
     owner = np.repeat(np.arange(hit.shape[0]), counts)
@@ -786,9 +811,10 @@ def _gram_table(c: _Columns, cfg: NGramOverlapConfig) -> dict[str, np.ndarray]:
 
 
 def _hit_table(c: _Columns, frequent: np.ndarray, cfg: NGramOverlapConfig) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The hits kept, one per (record, gram, document, offset) in that order, and documents per record."""
+    """The hits kept, one per (record, gram, document) - its first offset, as a whole document's match
+    row has it (the pieces of a long document give one each) - in that order, and documents per record."""
     col = c.col
-    keep = _changes(col["gram"], col["doc"], col["off"]) & ~frequent[col["gram"]]
+    keep = _changes(col["gram"], col["doc"]) & ~frequent[col["gram"]]
     hit = {key: col[key][keep] for key in ("rec", "doc", "gram", "off")}
     n_doc = len(c.doc_ids)
     pairs = np.unique(hit["rec"] * n_doc + hit["doc"])  # (record, document), sorted
@@ -1184,7 +1210,7 @@ class NGramOverlap(common.OpenMethod):
         missing_as=0.0,
     )
     Config = NGramOverlapConfig
-    steps = common.Steps(build_index, match, score, reduce, fold)
+    steps = common.Steps(build_index, match, score, reduce, fold, window)
 
 
 __all__ = [
