@@ -39,8 +39,8 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    autoscaling pool of 1..2 ``MatchWorker`` actors, the result store) run from a fresh child process, the
    Ray Data driver, whose peak RSS (``VmHWM``; ``ru_maxrss`` would include this script's own, carried
    across fork + exec) is read after the scan. Benchmark: ``--rss-items`` GSM8K rows,
-   uncapped ``ngram_overlap`` n=13 (a match row per copy before the fold); corpus: ``--rss-docs`` XSum
-   articles, each row appended to ``--rss-copies`` (100) of them - verbatim in all of them, or verbatim in
+   uncapped ``ngram_overlap`` n=13 (a match row per copy before the fold); corpus: ``--rss-docs`` mirrored
+   documents, each row appended to ``--rss-copies`` (100) of them - verbatim in all of them, or verbatim in
    one and with its words shuffled in the rest (same bytes, no match). The ratio of the two peaks is
    ``driver_rss_ratio_100x_matches``.
 
@@ -389,11 +389,14 @@ RSS_COPIES = 100
 
 
 def build_copies_corpus(mirror: Path, items: list[Any], copies: int, slots: int, docs: int, folder: Path) -> list[Path]:
-    """jsonl shards of ``docs`` XSum articles; each of ``items`` is appended to ``slots`` distinct articles,
-    verbatim in ``copies`` of them and with its words shuffled (same bytes, no 13-gram in common) in the
-    rest. Corpora built with the same ``slots`` hold the same documents and bytes whatever ``copies``."""
-    with open(mirror / "EdinburghNLP/xsum/default/test.jsonl", encoding="utf-8") as fh:
-        texts = [json.loads(line)["document"] for _, line in zip(range(docs), fh)]
+    """jsonl shards of ``docs`` mirrored documents (XSum, then AG News, IMDB, SAMSum: the mirror holds 1,000
+    XSum articles); each of ``items`` is appended to ``slots`` distinct documents, verbatim in ``copies`` of
+    them and with its words shuffled (same bytes, no 13-gram in common) in the rest. Corpora built with the
+    same ``slots`` hold the same documents and bytes whatever ``copies``."""
+    texts: list[str] = []
+    for rel, field in SOURCES:
+        with open(mirror / rel, encoding="utf-8") as fh:
+            texts += [json.loads(line)[field] for _, line in zip(range(docs - len(texts)), fh)]
     rng = random.Random(1)
     for record in items:
         words = f"{record.input} {record.label}".split()
@@ -475,7 +478,7 @@ def main() -> None:
     parser.add_argument("--venv", default="/tmp/llmsanitize-venv")
     parser.add_argument("--datatrove-venv", default="/tmp/datatrove-venv")
     parser.add_argument("--rss-items", type=int, default=200, help="GSM8K rows of the driver-memory test")
-    parser.add_argument("--rss-docs", type=int, default=2000, help="XSum articles of the driver-memory corpus")
+    parser.add_argument("--rss-docs", type=int, default=2000, help="documents of the driver-memory corpus")
     parser.add_argument("--rss-copies", type=int, default=RSS_COPIES, help="copies of each row in its dirty corpus")
     parser.add_argument("--child-scan", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-reference", default="", help=argparse.SUPPRESS)
@@ -656,7 +659,7 @@ def driver_rss(mirror: Path, args: argparse.Namespace, work: Path) -> float:
         peaks[copies] = out["peak"]
         print(
             f"driver of pipeline/corpus_scan.py (1..2 match actors, {out['passes']} pass(es)), {len(items)} GSM8K "
-            f"rows each verbatim in {copies} of {args.rss_docs} articles ({size:.1f} MB): peak RSS "
+            f"rows each verbatim in {copies} of {args.rss_docs} documents ({size:.1f} MB): peak RSS "
             f"{out['before']:.0f} MB before the scan -> {out['peak']:.0f} MB after; {out['rows']} folded rows, "
             f"{out['docs']} (example, document) matches"
         )
