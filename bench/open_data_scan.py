@@ -305,6 +305,40 @@ def run_contamray(records: list[Any], docs: list[dict[str, str]]) -> tuple[float
     return t2 - t1, (t1 - t0) + (t3 - t2), sum(r["contaminated"] for r in rows), index.n_grams, found
 
 
+def reader_rates(paths: list[Path], work: Path) -> dict[str, float]:
+    """MB/s of jsonl (uncompressed bytes) per core through ``iter_documents`` - the readers' parser - for the
+    shards as they are, gzip'd (level 6) and zstd'd (level 3, when ``zstandard`` is installed); best of 3."""
+    import gzip
+
+    from contamray.corpus import iter_documents
+
+    raw = sum(p.stat().st_size for p in paths) / 1e6
+    variants: dict[str, list[Path]] = {"jsonl": paths, "jsonl.gz": []}
+    for path in paths:
+        variants["jsonl.gz"].append(work / f"{path.stem}.jsonl.gz")
+        variants["jsonl.gz"][-1].write_bytes(gzip.compress(path.read_bytes(), 6))
+    try:
+        import zstandard
+    except ImportError:
+        zstandard = None
+    if zstandard is not None:
+        variants["jsonl.zst"] = []
+        for path in paths:
+            variants["jsonl.zst"].append(work / f"{path.stem}.jsonl.zst")
+            variants["jsonl.zst"][-1].write_bytes(zstandard.ZstdCompressor(level=3).compress(path.read_bytes()))
+    rates = {}
+    for name, files in variants.items():
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            sum(1 for _ in iter_documents([str(f) for f in files], id_field="id"))
+            best = min(best, time.perf_counter() - start)
+        rates[name] = raw / best
+        ratio = raw / (sum(f.stat().st_size for f in files) / 1e6)
+        print(f"reading {name} (compression {ratio:.1f}x), 1 process: {rates[name]:.0f} MB/s/core of jsonl")
+    return rates
+
+
 def run_ray(records: list[Any], paths: list[Path], workers: int) -> tuple[float, int]:
     """The pipeline's own scan: read_corpus -> MatchWorker actor pool (``workers`` actors) -> the
     driver, which folds what the actors folded per batch; (wall seconds, folded match rows)."""
@@ -551,6 +585,8 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
         "the benchmark pass is paid once, the corpus "
         "pass grows with the corpus"
     )
+    (work / "compressed").mkdir()
+    reader_rates(paths, work / "compressed")
     datatrove_rate = compare_datatrove(Path(args.datatrove_venv), records, paths, mb, work, found, planted)
 
     import ray
