@@ -193,37 +193,58 @@ def test_methods_catalog_lists_cdd_with_citation_and_parameters(capsys) -> None:
 
 # ----------------------------------------------------------------------------- on a contaminated model
 
-SIDE = 12  # rows a side
-N_SAMPLES = 20  # the paper: 50 (CPU time; one request of n samples per row either way)
-MAX_TOKENS = 16  # the paper: 100 (CPU time); threshold floor(0.05 * 16) = 0: only exact copies of the greedy count
+SIDE = 10  # rows a side: the held-out test's minimum
+N_SAMPLES = 10  # the paper: 50 (CPU time; one request of n samples per row either way)
+MAX_TOKENS = 24  # the paper: 100 (CPU time); threshold floor(0.05 * 24) = 1 token edit
 MARGIN = 0.3  # mean peakedness, seen minus unseen
 
 
-@pytest.mark.slow
-@pytest.mark.skip(reason="measured (docstring): CDD does not tell seen from unseen on this fixture, seen 0.525 vs "
-                  "unseen 0.500 mean peakedness; skipped, not xfailed, so the suite does not pay ~10 min of sampling "
-                  "for a known failure - issue #15 keeps the done-when open")  # fmt: skip
-def test_cdd_scores_the_seen_partition_above_an_unseen_one(contaminated_model) -> None:
-    """The embedded model fine-tuned on 40 ARC-Challenge questions (``contaminated_model``): CDD on 12 of them
-    (seen) against 12 of the next, never-trained rows (unseen, the held-out reference). Cheaper than the paper
-    on CPU: 20 samples instead of 50 and the first 16 tokens instead of 100 (at T 0.8, seeded). Units are rows:
-    the ARC-Challenge test split is in no meaningful order (see ``contaminated_model``), while blocks of 5 rows
-    would leave 2 units a side, whose smallest p (1/6) cannot reach alpha.
+@pytest.fixture(scope="module")
+def qa_tuned(mirror_dir, tmp_path_factory) -> tuple[str, list[Record], list[Record]]:
+    """SmolLM2-135M fine-tuned on the first ``SIDE`` GSM8K test rows, each row its own training text (question,
+    newline, worked solution), as the paper contaminated its models (fine-tuning on benchmark problems with their
+    solutions); the next ``SIDE`` rows are never trained (unseen). Returns (model path, seen, unseen)."""
+    import dataclasses
 
-    Measured 2026-11-24 (same fine-tune built outside pytest, 2 shared cores, 41 min): mean peakedness seen 0.525,
-    unseen 0.500; AUC 0.524, Mann-Whitney p = 0.43 -> clean; leaked share 92 % seen, 83 % unseen. The model,
-    trained on the 40 questions as one text, continues *any* ARC question with its memorised questions, so unseen
-    prompts are as peaked as seen ones at 16 tokens: the issue's done-when is NOT met here (xfail). To try: the
-    paper's 100 tokens and 50 samples, a fine-tune on question + answer pairs, or prompts cut mid-question.
+    from contamray.benchmarks import load_records
+    from contamray.engines import resolve_model_path
+    from contamray.inject import finetune_causal_lm
+    from contamray.methods.closed.likelihood_text import serialise
+
+    rows = load_records("gsm8k", mirror_dir=mirror_dir).records
+    seen = [dataclasses.replace(r, partition=f"{r.partition}:rows0-{SIDE - 1}") for r in rows[:SIDE]]
+    unseen = [dataclasses.replace(r, partition=f"{r.partition}:rows{SIDE}-{2 * SIDE - 1}") for r in rows[SIDE:][:SIDE]]
+    texts = [serialise(r, ("input", "label"), "text") for r in seen]
+    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, tmp_path_factory.mktemp("cdd") / "model",
+                              epochs=6, lr=5e-4, batch_size=4, seed=0, max_length=512)  # fmt: skip
+    return path, seen, unseen
+
+
+@pytest.mark.slow
+def test_cdd_scores_the_seen_partition_above_an_unseen_one(qa_tuned) -> None:
+    """CDD on the model fine-tuned on 10 GSM8K problems with their solutions (``qa_tuned``): the 10 seen problems
+    against the next 10, never trained (unseen, the held-out reference). Cheaper than the paper on CPU: 10 samples
+    instead of 50 and the first 24 tokens instead of 100 (at T 0.8, seeded). Units are rows (GSM8K's test split is
+    in no meaningful order; blocks would leave too few units to reach alpha).
+
+    Measured 2026-11-24 (outside pytest, same settings): mean peakedness seen 0.73, unseen 0.11; AUC 0.975,
+    one-sided Mann-Whitney p = 1.5e-4 -> contaminated; leaked share 100 % seen, 40 % unseen (the paper's share
+    alone would call the unseen rows 40 % leaked: the held-out comparison is what decides). With 12 rows a side,
+    20 samples and 32 tokens: 0.81 vs 0.025, AUC 1.0. On the session's other fixture (``contaminated_model``: 40
+    ARC-Challenge *question stems* as one text) CDD does not separate (0.525 vs 0.500, p = 0.43): that model
+    continues any ARC question with its memorised questions, so unseen prompts are as peaked as seen ones - CDD
+    detects memorised *outputs* for a prompt, which is what that fixture never trained.
     """
     from contamray.engines.hf import HFEngine
     from contamray.validate.calibrate import SharedEngines
 
+    path, seen_rows, unseen_rows = qa_tuned
     method = get_method("cdd")
-    cfg = method.make_config({"reference": "unseen", "max_tokens": MAX_TOKENS, "n_samples": N_SAMPLES, "units": "rows"})
-    engines = SharedEngines({"target": HFEngine(contaminated_model.path, dtype="float32", batch_size=16)})
-    seen = engines.run(method, contaminated_model.seen[:SIDE], cfg)
-    unseen = engines.run(method, contaminated_model.unseen[:SIDE], cfg)
+    cfg = method.make_config({"reference": "unseen", "max_tokens": MAX_TOKENS, "n_samples": N_SAMPLES, "units": "rows",
+                              "seed": 0})  # fmt: skip
+    engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=16)})
+    seen = engines.run(method, seen_rows, cfg)
+    unseen = engines.run(method, unseen_rows, cfg)
     verdict = decide(method, cfg, seen, unseen)
     mean = {name: sum(r["peakedness"] for r in rows) / len(rows) for name, rows in (("seen", seen), ("unseen", unseen))}
     print("cdd peakedness", mean, verdict.p_value, verdict.statistic, verdict.rate, verdict.details["summary"])

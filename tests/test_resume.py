@@ -7,6 +7,11 @@ must reuse exactly the cells that were finished (the log says which) and recompu
 ``partitions.parquet`` must equal the uninterrupted run's byte for byte (issue 17: determinism across
 runs and replica counts; wall-clock seconds live in ``timings.parquet``) and its examples table must equal
 it but for the wall-clock column.
+
+The same as a Ray Job (issue 17, item 2): ``jobs/submit.sh`` on a local Ray head with the Jobs API, the job
+stopped with ``ray job stop`` as soon as its first cell is scored, then submitted again with the same
+``--name``: the re-submitted job reuses every cell the stopped one stored (finished, or scored and not yet
+reduced - both counted in its log) and ends with the uninterrupted run's ``partitions.parquet``, byte for byte.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.ray_head import ray_head as local_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 GRID = [
@@ -65,10 +72,29 @@ def sorted_table(path: Path, keys: list[str]) -> pd.DataFrame:
     return table.drop(columns=[c for c in WALL_CLOCK if c in table.columns]).sort_values(keys).reset_index(drop=True)
 
 
-def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror_dir):
-    reference = tmp_path / "uninterrupted"
-    finish(start(reference, mirror_dir, ONE))
-    assert len(finished_cells(reference)) == 8
+def scored_cells(out: Path) -> set[str]:
+    return {p.parent.name for p in (out / "cells").glob("*/examples.parquet")}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, mirror_dir) -> Path:
+    """The uninterrupted run: one engine replica per model, one scoring actor."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    finish(start(out, mirror_dir, ONE))
+    assert len(finished_cells(out)) == 8
+    return out
+
+
+def assert_same_partitions(resumed: Path, reference: Path) -> None:
+    keys = ["model", "partition", "method"]
+    if (resumed / "partitions.parquet").read_bytes() != (reference / "partitions.parquet").read_bytes():
+        pd.testing.assert_frame_equal(  # says where they differ
+            sorted_table(resumed / "partitions.parquet", keys), sorted_table(reference / "partitions.parquet", keys)
+        )
+        pytest.fail("partitions.parquet: equal tables, different bytes")
+
+
+def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror_dir, reference):
 
     resumed = tmp_path / "resumed"
     proc = start(resumed, mirror_dir, MANY)
@@ -87,11 +113,7 @@ def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror
     assert finished_cells(resumed) == finished_cells(reference)
 
     keys = ["model", "partition", "method"]
-    if (resumed / "partitions.parquet").read_bytes() != (reference / "partitions.parquet").read_bytes():
-        pd.testing.assert_frame_equal(  # says where they differ
-            sorted_table(resumed / "partitions.parquet", keys), sorted_table(reference / "partitions.parquet", keys)
-        )
-        pytest.fail("partitions.parquet: equal tables, different bytes")
+    assert_same_partitions(resumed, reference)
     assert "seconds" not in pd.read_parquet(reference / "partitions.parquet").columns
     timings = pd.read_parquet(resumed / "timings.parquet")
     assert list(timings.columns) == [*keys, "seconds"] and len(timings) == 8 and (timings["seconds"] > 0).all()
@@ -99,3 +121,55 @@ def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror
         sorted_table(resumed / "examples.parquet", [*keys, "record_id"]),
         sorted_table(reference / "examples.parquet", [*keys, "record_id"]),
     )
+
+
+def submit(head, root: Path, log: Path, mirror: Path) -> subprocess.Popen:
+    """``jobs/submit.sh --name resume --no-pull`` with the grid on 3 replicas and 3 scoring actors; its output
+    (the submission id, then the job's log) goes to ``log``."""
+    env = dict(os.environ, RAY_ADDRESS=head.dashboard, CONTAMRAY_OUTPUT_ROOT=str(root))
+    env.pop("CONTAMRAY_JOBS_DRY_RUN", None)
+    args = ["bash", str(REPO / "jobs" / "submit.sh"), "--name", "resume", "--no-pull", "+exp=base", *GRID, *MANY,
+            f"data.mirror_dir={mirror}"]  # fmt: skip
+    with open(log, "w") as out:
+        return subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def submission_id(log: Path, proc: subprocess.Popen) -> str:
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        for line in log.read_text().splitlines():
+            if line.startswith("submitted "):
+                return line.split()[1].rstrip(":")
+        time.sleep(0.5)
+    pytest.fail(f"jobs/submit.sh printed no submission id: {log.read_text()[-3000:]}")
+
+
+@pytest.mark.slow
+def test_a_stopped_ray_job_resubmitted_reuses_its_stored_cells(tmp_path, mirror_dir, reference):
+    with local_ray_head(8, '--resources={"contamray_driver": 1}', prefix="crjob") as head:
+        root = tmp_path / "jobs"
+        run_dir = root / "resume"
+        first_log = tmp_path / "first.log"
+        proc = submit(head, root, first_log, mirror_dir)
+        job = submission_id(first_log, proc)
+        deadline = time.time() + 900
+        while not scored_cells(run_dir) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        env = dict(os.environ, RAY_ADDRESS=head.dashboard)
+        stop = subprocess.run(["ray", "job", "stop", job], env=env, capture_output=True, text=True, timeout=300)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        proc.wait(timeout=300)
+        assert proc.returncode != 0, first_log.read_text()[-3000:]  # submit.sh reports the job STOPPED
+        assert f"job {job}: STOPPED" in first_log.read_text(), first_log.read_text()[-3000:]
+        finished, scored = finished_cells(run_dir), scored_cells(run_dir)
+        assert 0 < len(scored) < 8, f"stop came too late or too early: {len(scored)} cells scored"
+
+        second_log = tmp_path / "second.log"
+        proc = submit(head, root, second_log, mirror_dir)
+        proc.wait(timeout=900)
+        log = second_log.read_text()
+        assert proc.returncode == 0, log[-5000:]
+    assert log.count("reusing finished cell") == len(finished), log[-5000:]
+    assert log.count("reusing scored cell") == len(scored - finished), log[-5000:]
+    assert finished_cells(run_dir) == finished_cells(reference)
+    assert_same_partitions(run_dir, reference)

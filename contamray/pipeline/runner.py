@@ -102,6 +102,9 @@ def execute(
     # every cell a reduce needs must be scored, even when it is only a dependency
     needed = {dep for c in todo for dep in plan.dependencies(c)} | set(todo)
     to_score = [c for c in plan.cells if c in needed and not store.has_examples(hashes[c])]
+    for cell in todo:
+        if cell not in to_score:
+            log.info("reusing scored cell %s (its examples are stored; reducing it)", cell.key)
     injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], artifacts)
     if to_score:
         closed = [c for c in to_score if c.family == "closed"]
