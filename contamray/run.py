@@ -40,6 +40,10 @@ def init_ray(ray_cfg: dict[str, Any]) -> None:
         address = ray_cfg.get("address") or None
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
         if address is None and ray_cfg.get("num_cpus"):
+            # ray.num_cpus asks for a local Ray of that size: started even when another Ray runs on this machine
+            # (with no address ray.init joins it, and refuses num_cpus: "When connecting to an existing cluster,
+            # num_cpus and num_gpus must not be provided")
+            address = "local"
             kwargs["num_cpus"] = int(ray_cfg["num_cpus"])
         ray.init(address=address, **kwargs)
 
