@@ -97,7 +97,9 @@ class Injections:
             return model
         source = injected.published or str(injected.path)
         if self.artifacts and not injected.published:  # replicas on any node fetch it from the artifacts root
-            source = publish_dir(injected.path, f"{self.artifacts}/injected/{injected.manifest['key']}")
+            from contamray.inject.prepare import published_uri
+
+            source = publish_dir(injected.path, published_uri(self.artifacts, injected.manifest["key"]))
         return dataclasses.replace(model, engine={**model.engine, "source": source})
 
     def members(self, model_name: str) -> set[str] | None:
