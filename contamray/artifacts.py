@@ -1,10 +1,11 @@
 """Files a run makes for its workers - injected checkpoints, a planted corpus - where every node can read them.
 
-The driver fine-tunes an injected model into its local cache and builds a planted corpus in the run's
-folder: both on the driver's disk, while Serve replicas and corpus read tasks may run on any node. With an
+An injected model is fine-tuned by a Ray task into the cache of the node it ran on (the node the model's
+resources chose, ``contamray.pipeline.injections``), and the driver builds a planted corpus in the run's
+folder: both on one node's disk, while Serve replicas and corpus read tasks may run on any node. With an
 artifacts root (``run.artifacts_uri``: a local path on shared storage or any fsspec URI; default
-``<cells URI>/artifacts`` when the cells go to a URI, as under ``run.output_root=s3://...``) the driver
-publishes them there (``publish_dir``) and workers read them from there: corpus readers read URIs
+``<cells URI>/artifacts`` when the cells go to a URI, as under ``run.output_root=s3://...``) the node that
+holds them publishes them there (``publish_dir``) and workers read them from there: corpus readers read URIs
 directly, and an engine whose model ``source`` is a URI fetches the checkpoint once per node into
 ``$CONTAMRAY_CACHE/artifacts/`` (``fetch_dir``, called by ``engines.models.resolve_model_path``).
 
@@ -103,8 +104,8 @@ def content_digest(folder: str | Path) -> str:
 
 
 def needs_artifacts(plan: Any) -> list[str]:
-    """What of ``plan`` its workers read from the driver's disk unless published: injected models, a planted
-    corpus."""
+    """What of ``plan`` its workers read from one node's disk unless published: injected models (the node of
+    their fine-tune), a planted corpus (the driver's)."""
     needs = [f"models.{name}.inject" for name, model in sorted(plan.models.items()) if model.inject]
     if plan.corpus.get("kind") == "planted" and any(c.family == "open" for c in plan.cells):
         needs.append("corpus=planted")
@@ -123,7 +124,8 @@ def check_artifacts(plan: Any, root: str | None) -> str | None:
     if nodes <= 1:
         return None
     return (
-        f"{', '.join(needs)}: the driver writes these to its own disk, and this cluster has {nodes} nodes whose "
-        "workers must read them: set run.artifacts_uri to shared storage or a URI every node can read "
-        "(s3://..., gs://...; run.output_root=<URI> sets it too)"
+        f"{', '.join(needs)}: these are written to one node's disk (a planted corpus to the driver's, an injected "
+        f"model to its fine-tune's), and this cluster has {nodes} nodes whose workers must read them: set "
+        "run.artifacts_uri to shared storage or a URI every node can read (s3://..., gs://...; "
+        "run.output_root=<URI> sets it too)"
     )

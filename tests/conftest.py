@@ -23,6 +23,22 @@ def mirror_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A ``ray.cluster_utils.Cluster`` of one 2-CPU head node, this process its driver; a test adds the nodes it
+    needs (``add_node``). Shut down with the module."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    ray.init(address=cluster.address)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
 # ---------------------------------------------------------------------------------------------
 # A model contaminated on purpose (issue 3): the embedded SmolLM2-135M fine-tuned on one benchmark
 # slice serialised in canonical order, for every detector that must tell seen from unseen rows.

@@ -96,6 +96,9 @@ def test_open_cell_hash_follows_the_corpus_content_closed_cells_do_not():
         ("benchmarks.gsm8k.split=dev", "benchmarks.gsm8k.split"),
         ("methods.ngram13.method=no_such_method", "methods.ngram13.method"),
         ("report.correction=bonferonni", "report.correction"),
+        ("+models.smollm2_135m.resources={trainer:0}", "models.smollm2_135m.resources.trainer"),
+        ("+models.smollm2_135m.resources={GPU:1}", "models.smollm2_135m.resources.GPU"),
+        ("+models.smollm2_135m.resources=4", "models.smollm2_135m.resources"),
     ],
 )
 def test_bad_values_fail_in_the_plan_naming_the_key(override, named):
@@ -182,3 +185,31 @@ def test_a_vllm_model_needs_a_gpu_per_tensor_parallel_shard():
     plan = plan_of("models.smollm2_135m.backend=vllm", "models.smollm2_135m.num_gpus=2",
                    "models.smollm2_135m.tensor_parallel_size=2")  # fmt: skip
     assert plan.models["smollm2_135m"].num_gpus == 2
+
+
+def test_a_models_custom_resources_reach_its_replicas_its_reservation_and_its_fine_tune():
+    """``models.<name>.resources`` (custom Ray resources) go with each replica (Serve actor options, the dry
+    run's placement bundles) and with an injected model's fine-tune task; a CPU fine-tune asks for every CPU of
+    the largest node that has them, capped by what the cluster has free, never fewer than a replica's."""
+    from contamray.pipeline.injections import finetune_options
+    from contamray.pipeline.placement import pool_bundles
+    from contamray.serve.hosting import app_name, replica_options
+
+    plain = plan_of("+exp=canary").models["canary"]
+    pool = plan_of("+exp=canary", "+models.canary.resources={trainer:1}").models["canary"]
+    assert pool.resources == {"trainer": 1.0} and plain.resources == {}
+    assert replica_options(pool) == {"num_cpus": 1.0, "num_gpus": 0.0, "resources": {"trainer": 1.0}}
+    assert "resources" not in replica_options(plain)
+    assert pool_bundles(pool) == [{"CPU": 1.0, "trainer": 1.0}]
+    assert app_name(pool) != app_name(plain)
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 16.0}},
+        {"Alive": True, "Resources": {"CPU": 4.0, "trainer": 2.0}},
+        {"Alive": False, "Resources": {"CPU": 64.0, "trainer": 2.0}},
+    ]
+    assert finetune_options(pool, nodes=nodes)["num_cpus"] == 4.0  # the trainer node, all of it
+    assert finetune_options(plain, nodes=nodes)["num_cpus"] == 16.0
+    assert finetune_options(pool, available_cpus=3.0, nodes=nodes)["num_cpus"] == 3.0
+    assert finetune_options(pool, available_cpus=0.0, nodes=nodes)["num_cpus"] == 1.0
+    gpu = plan_of("+exp=canary", "models.canary.num_gpus=1", "models.canary.backend=hf").models["canary"]
+    assert finetune_options(gpu, nodes=nodes) == {"num_cpus": 1.0, "num_gpus": 1.0}  # the replica's own

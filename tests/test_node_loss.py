@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
 from contamray.pipeline.plan import build_plan
@@ -28,26 +26,24 @@ from tests.test_worker_loss import tables, write_corpus
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
-
-
-def config(out: Path, corpus: Path, mirror: Path):
+def config(
+    out: Path, corpus: Path, mirror: Path, pool: tuple[int, int | None] = (2, 2), methods: str = "ngram13"
+):
+    """``methods`` (by default 13-gram overlap) for 64 GSM8K rows over ``corpus`` in one pass of 20-document match
+    batches, the match pool autoscaling between ``pool`` (None: up to the cluster's CPUs)."""
+    low, high = pool
     cfg = composed(
-        "model=[]", "benchmark=[gsm8k]", "run.limit=64", "method=[ngram13]", "corpus=files",
-        f"corpus.paths=[{corpus}]", "corpus.id_field=id", "ray.corpus_batch_size=20", "ray.corpus_files_per_pass=6",
-        "ray.match_concurrency=2", "ray.match_concurrency_max=2", f"data.mirror_dir={mirror}",
+        "model=[]", "benchmark=[gsm8k]", "run.limit=64", f"method=[{methods}]", "corpus=files",
+        f"corpus.paths=[{corpus}]", "corpus.id_field=id", "ray.corpus_batch_size=20",
+        "ray.corpus_files_per_pass=6", f"ray.match_concurrency={low}",
+        f"ray.match_concurrency_max={'null' if high is None else high}", f"data.mirror_dir={mirror}",
     )  # fmt: skip
     cfg.run.output_dir = str(out)
     return cfg
 
 
-def test_a_worker_node_removed_mid_scan_changes_nothing(cluster, tmp_path, mirror_dir):
+def test_a_worker_node_removed_mid_scan_changes_nothing(ray_cluster, tmp_path, mirror_dir):
+    cluster = ray_cluster
     rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
     corpus = write_corpus(tmp_path / "corpus", rows)
     worker = cluster.add_node(num_cpus=2)

@@ -45,10 +45,12 @@ def local_ray():
     ray.shutdown()
 
 
-def write_corpus(folder: Path, rows: list) -> Path:
+def write_corpus(folder: Path, rows: list, docs: int = 300, filler: tuple[str, ...] = (FILLER,)) -> Path:
+    """Six corpus files of ``docs`` documents (the ``filler`` texts in turn, numbered); ``rows[0..2]`` planted
+    once each, in files 0, 2 and 4."""
     folder.mkdir(parents=True, exist_ok=True)
     for f in range(6):
-        body = b"".join(doc(f"f{f}-{i}", f"{FILLER} {f} {i}") for i in range(300))
+        body = b"".join(doc(f"f{f}-{i}", f"{filler[(f * docs + i) % len(filler)]} {f} {i}") for i in range(docs))
         if f % 2 == 0:
             body += doc(f"f{f}-plant", plant(rows[f // 2]))
         (folder / f"part-{f}.jsonl").write_bytes(body)

@@ -3,14 +3,20 @@
 ``prepare_injected_model`` is what the runner calls (on the driver) before a model with an
 ``inject:`` spec gets its engine pool: it returns an ``InjectedModel`` whose ``path`` both engines
 load, whose ``manifest`` says exactly which rows the model saw and how, and whose ``member_ids`` /
-``contaminated_partitions`` are the truth the run's verdicts are checked against.
+``contaminated_partitions`` are the truth the run's verdicts are checked against. The driver reads the
+rows and the background and builds the training stream (``TrainJob``); the training itself runs where
+``train`` puts it - in this process by default (``train_injected``), as a Ray task with the model's
+resources in a run (``contamray.pipeline.injections``).
 
 Caching: the model lives under ``cache_dir/<key>/``, ``key`` a content hash of the base model source,
 the normalised spec, every loaded row of the named benchmarks (id, partition, order, input, label),
 the background documents, the seed and ``INJECT_VERSION`` (bumped when the stream or training
 changes). A second run with the same inputs reuses the directory; a different ``run.limit`` or seed
 gives a different key. The directory is written under a temporary name and renamed into place, with
-an advisory lock so two concurrent runs do not train the same model twice.
+an advisory lock so two concurrent runs do not train the same model twice. With an artifacts root
+(``contamray.artifacts``) a model published there under its key (``<root>/injected/<key>``, complete) is
+reused too, whichever node trained it: the driver then reads its manifest from the URI
+(``InjectedModel.from_uri``) and engines fetch the checkpoint from there.
 
 Why a full fine-tune (``contamray.inject.finetune``) and not LoRA: on CPU most of the cost of a step
 is the forward and backward pass through the activations, which LoRA does not remove (it saves the
@@ -35,7 +41,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,17 +62,20 @@ CORPUS_DIR = "corpus"
 class InjectedModel:
     """A fine-tuned model with known contamination (see the module docstring)."""
 
-    path: str
+    path: str  # a local directory, or the URI it was published to (``published``) when trained on another node
     manifest: dict[str, Any]
     member_ids: set[str]
     contaminated_partitions: set[str]
+    published: str | None = None  # the artifacts URI every node's engines load it from (contamray.artifacts)
 
     @property
     def corpus(self) -> dict[str, Any]:
         """The training stream as an open-data corpus config (``corpus.kind: files``)."""
+        remote = "://" in self.path  # published on another node: the readers read the URI
+        path = f"{self.path}/{CORPUS_DIR}/train.jsonl" if remote else str(Path(self.path) / CORPUS_DIR / "train.jsonl")
         return {
             "kind": "files",
-            "paths": [str(Path(self.path) / CORPUS_DIR / "train.jsonl")],
+            "paths": [path],
             "format": "jsonl",
             "text_field": "text",
             "id_field": "id",
@@ -79,13 +88,45 @@ class InjectedModel:
         file = folder / MANIFEST
         if not file.is_file():
             raise FileNotFoundError(f"{folder} holds no {MANIFEST}; it is not a model written by contamray inject")
-        manifest = json.loads(file.read_text())
+        return cls.from_manifest(str(folder), json.loads(file.read_text()))
+
+    @classmethod
+    def from_manifest(cls, path: str, manifest: dict[str, Any], published: str | None = None) -> InjectedModel:
+        """The injected model at ``path`` whose ``manifest.json`` holds ``manifest``."""
         return cls(
-            path=str(folder),
+            path=path,
             manifest=manifest,
             member_ids={rid for rid, row in manifest["rows"].items() if row.get("member")},
             contaminated_partitions=set(manifest["contaminated_partitions"]),
+            published=published,
         )
+
+    @classmethod
+    def from_uri(cls, uri: str) -> InjectedModel | None:
+        """The injected model published (complete) at ``uri``, its manifest read from there; None if none is."""
+        import fsspec
+
+        from contamray.artifacts import COMPLETE
+
+        fs, root = fsspec.core.url_to_fs(uri)
+        if not fs.exists(f"{root}/{COMPLETE}"):
+            return None
+        with fs.open(f"{root}/{MANIFEST}", "rb") as fh:
+            manifest = json.loads(fh.read())
+        return cls.from_manifest(uri, manifest, published=uri)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Everything the fine-tune of one injected model needs, built on the driver (no benchmark mirror needed
+    where it runs): the base model's source, the spec, the training stream, the seed and the cache key."""
+
+    base_source: str
+    spec: InjectSpec
+    stream: Stream
+    seed: int
+    key: str
+    where: str
 
 
 def default_cache_dir() -> Path:
@@ -133,12 +174,17 @@ def prepare_injected_model(
     seed: int,
     mirror_dir: str | Path | None,
     where: str = "inject",
+    *,
+    artifacts: str | None = None,
+    train: Callable[[TrainJob], InjectedModel] | None = None,
 ) -> InjectedModel:
     """The injected model for (base model, spec, rows, seed): from the cache, or trained now.
 
     ``inject`` is the plain mapping under ``models.<name>.inject`` (or a validated ``InjectSpec``);
     ``records`` maps each benchmark key the spec names to the run's loaded rows of it; ``where`` is the
     config path used in error messages (``models.<name>.inject``). Raises ValueError on a bad spec.
+    Reused, in this order: ``cache_dir/<key>``, a complete ``<artifacts>/injected/<key>``. Otherwise
+    ``train`` fine-tunes the ``TrainJob`` (default: ``train_injected`` into ``cache_dir``, here).
     """
     spec = inject if isinstance(inject, InjectSpec) else validate_inject_spec(dict(inject), where, None)
     missing = [p.benchmark for p in spec.partitions if p.benchmark not in records]
@@ -155,11 +201,30 @@ def prepare_injected_model(
     if (target / MANIFEST).is_file():
         log.info("injected model %s: reusing %s", where, target)
         return InjectedModel.from_dir(target)
-    with _lock(cache / f".{key}.lock"):
-        if (target / MANIFEST).is_file():  # another process finished it while we waited
+    if artifacts:
+        published = InjectedModel.from_uri(published_uri(artifacts, key))
+        if published is not None:
+            log.info("injected model %s: reusing %s", where, published.path)
+            return published
+    job = TrainJob(base_source, spec, build_stream(spec, records, background, seed, where=where), seed, key, where)
+    return train(job) if train is not None else train_injected(job, cache)
+
+
+def published_uri(artifacts: str, key: str) -> str:
+    """Where an injected model is published under the artifacts root (``contamray.artifacts``)."""
+    return f"{artifacts.rstrip('/')}/injected/{key}"
+
+
+def train_injected(job: TrainJob, cache_dir: str | Path) -> InjectedModel:
+    """Fine-tune ``job`` into ``cache_dir/<key>`` here (or take it from there: a cache hit, or another process
+    that trained it while this one waited for the lock)."""
+    cache = Path(cache_dir)
+    target = cache / job.key
+    with _lock(cache / f".{job.key}.lock"):
+        if (target / MANIFEST).is_file():
+            log.info("injected model %s: reusing %s", job.where, target)
             return InjectedModel.from_dir(target)
-        stream = build_stream(spec, records, background, seed, where=where)
-        _train(base_source, spec, stream, seed, key, target, where)
+        _train(job.base_source, job.spec, job.stream, job.seed, job.key, target, job.where)
     return InjectedModel.from_dir(target)
 
 

@@ -191,8 +191,9 @@ class MatchWorker:
 
     Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows folded per
     example (``Method.fold``: a few rows per example however often the batch copies it; empty bytes when
-    there are none), and ``seconds``, the time its method's ``match`` and ``fold`` took on the batch
-    (the cell's share of the scan, reported as its cost). A batch of a planted corpus yields
+    there are none), ``seconds``, the time its method's ``match`` and ``fold`` took on the batch
+    (the cell's share of the scan, reported as its cost), and ``node`` / ``actor``, the Ray node and
+    actor ids that matched it (the scan logs where its batches ran). A batch of a planted corpus yields
     thousands of rows; a JSON string per row cost as much as the matching itself
     (``bench/open_data_scan.py``), and the rows only travel between our own processes, where pickle
     is Ray's own format anyway.
@@ -201,6 +202,9 @@ class MatchWorker:
     def __init__(self, indexes: list[tuple[str, str, str, dict[str, Any], Any]], max_bytes: int = 16 << 20) -> None:
         import ray
 
+        context = ray.get_runtime_context()
+        self.node = context.get_node_id()
+        self.actor = context.get_actor_id() or ""
         cells = []
         for cell_key, label, name, params, ref in indexes:
             method = get_method(name)
@@ -225,7 +229,10 @@ class MatchWorker:
             cells.append(cell_key)
             matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows else b"")
             seconds.append(spent)
-        return {"cell": cells, "matches": matches, "seconds": seconds}
+        return {
+            "cell": cells, "matches": matches, "seconds": seconds, "node": [self.node] * len(cells),
+            "actor": [self.actor] * len(cells),
+        }  # fmt: skip
 
 
 def json_default(value: Any) -> Any:

@@ -87,6 +87,8 @@ class ScanResult:
     errors: list[dict[str, str]] = field(default_factory=list)
     scanned: int = 0
     reused: int = 0
+    # where the scanned passes were matched: per Ray node id, the match actors that ran batches there
+    workers: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
 def index_hash(plan: Plan, cell: Cell) -> str:
@@ -155,7 +157,13 @@ def scan_corpus(
                     "corpus pass %d/%d: %d file(s), %.1f MB of %.1f MB%s",
                     number, len(passes), len(shard.paths), shard.size / 1e6, total_bytes / 1e6, what,
                 )  # fmt: skip
-                fresh = _scan_pass(plan, corpus, shard, missing)
+                fresh, workers = _scan_pass(plan, corpus, shard, missing)
+                for node, actors in workers.items():
+                    result.workers[node] |= actors
+                log.info(
+                    "corpus pass %d/%d: matched by %d actor(s) on %d node(s)",
+                    number, len(passes), sum(len(a) for a in workers.values()), len(workers),
+                )  # fmt: skip
                 for sc in missing:
                     part = fresh[sc.cell.key]
                     if shard.reusable:
@@ -201,9 +209,11 @@ def _fold_into(
         folded[key] = sc.method.fold(folded[key] + pending.pop(key), sc.cfg)
 
 
-def _scan_pass(plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell]) -> dict[str, dict[str, Any]]:
+def _scan_pass(
+    plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell]
+) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
     """One Ray Data stream over ``shard``'s files for ``cells``: per cell key its folded rows, seconds of
-    matching, and the pass's bad corpus rows."""
+    matching, and the pass's bad corpus rows; and per Ray node id the match actors that ran there."""
     from contamray.corpus import read_corpus
 
     low = max(1, int(plan.ray.get("match_concurrency", 1)))
@@ -239,7 +249,15 @@ def _scan_pass(plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[Sca
     folded: dict[str, list[dict[str, Any]]] = defaultdict(list)
     seconds: dict[str, float] = defaultdict(float)
     errors: list[dict[str, str]] = []
-    for cell_key, rows, spent in match_batches(matched.iter_batches(batch_format="numpy", batch_size=None)):
+    workers: dict[str, set[str]] = defaultdict(set)
+
+    def placed(batches: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for batch in batches:
+            for node, actor in zip(batch.get("node", ()), batch.get("actor", ())):
+                workers[str(node)].add(str(actor))
+            yield batch
+
+    for cell_key, rows, spent in match_batches(placed(matched.iter_batches(batch_format="numpy", batch_size=None))):
         if cell_key == CORPUS_ERRORS:
             errors.extend(rows)
             continue
@@ -249,7 +267,7 @@ def _scan_pass(plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[Sca
     for key, sc in by_key.items():
         _fold_into(sc, pending, folded, [], final=True)
         out[key] = {"matches": folded[key], "seconds": seconds[key], "errors": errors}
-    return out
+    return out, dict(workers)
 
 
 def match_batches(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]], float]]:

@@ -114,9 +114,10 @@ class EnginePools:
         """A context in which ``pool``'s deployment is up and safe from eviction (``Hosts.use``)."""
         return self.hosts.use(self.run, pool, self.serve_cfg, self.ray_cfg)
 
-    def make_room(self, cpus: float) -> None:
-        """Free ``cpus`` for CPU work (the scoring actors) from idle models when the cluster is short."""
-        self.hosts.make_room(cpus=cpus)
+    def make_room(self, cpus: float, gpus: float = 0.0) -> None:
+        """Free ``cpus`` / ``gpus`` for other work (the scoring actors, a fine-tune) from idle models when the
+        cluster is short."""
+        self.hosts.make_room(cpus=cpus, gpus=gpus)
 
     def close(self) -> None:
         self.hosts.release(self.run, keep=bool(self.serve_cfg.get("keep", False)))

@@ -1,26 +1,45 @@
 """Models with known contamination inside a run: fine-tune on benchmark rows first, then probe.
 
 A model config with ``inject: {...}`` (see ``contamray.inject``) is not loaded as it is: before its
-engine pool starts, the driver fine-tunes its ``source`` on the rows the spec names — the run's own
-records of those benchmarks, so the ids the model saw are the ids the methods score — and the engine
-loads the result (published to the run's artifacts root, when it has one, so replicas on any node can fetch
-it). The injection is cached by content hash, so re-runs and reduce-only passes get it
-back at once. Its truth flows into the results: a ``member`` column per example (the model trained on
-this row) and a ``truth`` field per verdict (this partition was injected).
+engine pool starts, its ``source`` is fine-tuned on the rows the spec names — the run's own records of
+those benchmarks, so the ids the model saw are the ids the methods score — and the engine loads the
+result. The injection is cached by content hash, so re-runs and reduce-only passes get it back at once.
+Its truth flows into the results: a ``member`` column per example (the model trained on this row) and a
+``truth`` field per verdict (this partition was injected).
+
+Where the fine-tune runs: the driver reads the rows and builds the training stream; the training is a Ray
+task (``finetune_task``) with the resources the model config asks for its replicas (``num_gpus``,
+``accelerator_type``, custom ``resources``; ``finetune_options``). On a GPU it takes the replica's
+``num_cpus``; on CPU a fine-tune is compute-bound on every core it gets, so it asks for all the CPUs of the
+largest node that has the model's other resources (what the fine-tune in the driver used to take without
+telling Ray), and torch computes on that many threads (Ray would give it ``OMP_NUM_THREADS`` only). Idle
+models of the run make way for it first. The task writes the checkpoint into its node's cache
+(``$CONTAMRAY_CACHE/injected/<key>``) and, with an artifacts root, publishes it there
+(``<root>/injected/<key>``, ``contamray.artifacts``): replicas on any node fetch it from the URI, and the
+driver reads the manifest from it when the task ran on another node.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contamray.artifacts import publish_dir
 from contamray.pipeline.plan import ModelPlan, Plan
 from contamray.records import Record
+
+if TYPE_CHECKING:
+    from contamray.inject.prepare import InjectedModel, TrainJob
+
+log = logging.getLogger("contamray")
+
+WAIT_LOG_S = 30.0  # how often the driver says the fine-tune is still running (or waiting for resources)
 
 
 def injection_cache_dir() -> str:
@@ -46,7 +65,9 @@ class Injections:
         self._done: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, model_name: str) -> Any | None:
+    def get(self, model_name: str, make_room: Callable[..., None] | None = None) -> Any | None:
+        """The model's ``InjectedModel`` (cached, or fine-tuned now as a Ray task; ``make_room(cpus=, gpus=)``
+        frees what idle models of the run hold first), or None when the model is not an injection."""
         model = self.plan.models.get(model_name)
         if model is None or not model.inject:
             return None
@@ -63,18 +84,22 @@ class Injections:
                     self.plan.seed,
                     self.plan.data.get("mirror_dir"),
                     where=f"models.{model_name}.inject",
+                    artifacts=self.artifacts,
+                    train=lambda job: finetune_on_cluster(job, model, self.artifacts, make_room),
                 )
             return self._done[model_name]
 
-    def engine_pool(self, model_name: str) -> ModelPlan:
+    def engine_pool(self, model_name: str, make_room: Callable[..., None] | None = None) -> ModelPlan:
         """The model's pool, loading the injected checkpoint when the model is an injection."""
         model = self.plan.models[model_name]
-        injected = self.get(model_name)
+        injected = self.get(model_name, make_room)
         if injected is None:
             return model
-        source = str(injected.path)
-        if self.artifacts:  # the replicas may run on any node: they fetch the checkpoint from the artifacts root
-            source = publish_dir(injected.path, f"{self.artifacts}/injected/{injected.manifest['key']}")
+        source = injected.published or str(injected.path)
+        if self.artifacts and not injected.published:  # replicas on any node fetch it from the artifacts root
+            from contamray.inject.prepare import published_uri
+
+            source = publish_dir(injected.path, published_uri(self.artifacts, injected.manifest["key"]))
         return dataclasses.replace(model, engine={**model.engine, "source": source})
 
     def members(self, model_name: str) -> set[str] | None:
@@ -84,3 +109,85 @@ class Injections:
     def truth(self, model_name: str, partition: str) -> bool | None:
         injected = self.get(model_name)
         return None if injected is None else partition in injected.contaminated_partitions
+
+
+def finetune_options(
+    model: ModelPlan, available_cpus: float | None = None, nodes: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Ray options of the fine-tune task of ``model`` (see the module docstring): its replicas' GPUs,
+    accelerator type and custom resources; CPUs: the replica's on a GPU, else every CPU of the largest node
+    that has the rest - but no more than ``available_cpus`` (what the cluster has free: a deployment outside
+    the run holding a CPU of a one-node cluster must not make the fine-tune wait for ever), nor fewer than
+    the replica's. ``nodes``: ``ray.nodes()`` (read from the cluster when not given)."""
+    import ray
+
+    from contamray.serve.hosting import replica_options
+
+    options = replica_options(model)
+    if not model.num_gpus:
+        need = dict(model.resources)
+        if model.accelerator_type:
+            need[f"accelerator_type:{model.accelerator_type}"] = 0.001
+        cpus = [
+            float(node["Resources"].get("CPU", 0))
+            for node in (ray.nodes() if nodes is None else nodes)
+            if node.get("Alive") and all(node["Resources"].get(k, 0) >= v for k, v in need.items())
+        ]
+        largest = max(cpus, default=model.num_cpus)
+        free = largest if available_cpus is None else available_cpus
+        options["num_cpus"] = max(model.num_cpus, min(largest, free))
+    return options
+
+
+def finetune_task(job: TrainJob, cache_dir: str | None, publish_to: str | None) -> tuple[str, str, dict[str, Any]]:
+    """The body of the fine-tune task: torch on as many threads as the task has CPUs, the checkpoint trained
+    into this node's cache (or found there), published to ``publish_to``; returns (node id, local path,
+    manifest)."""
+    import ray
+    import torch
+
+    from contamray.inject.prepare import train_injected
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    torch.set_num_threads(max(1, int(cpus)))
+    injected = train_injected(job, cache_dir or injection_cache_dir())
+    if publish_to:
+        publish_dir(injected.path, publish_to)
+    return ray.get_runtime_context().get_node_id(), injected.path, injected.manifest
+
+
+def finetune_on_cluster(
+    job: TrainJob,
+    model: ModelPlan,
+    artifacts: str | None,
+    make_room: Callable[..., None] | None = None,
+    cache_dir: str | None = None,
+) -> InjectedModel:
+    """Run ``job`` (``contamray.inject.prepare.TrainJob``) as a Ray task with ``finetune_options(model)``; the
+    ``InjectedModel`` it made: read where it lies on this node, or from its artifacts URI when the task ran
+    on another one. ``cache_dir`` is the task node's cache (default: its ``$CONTAMRAY_CACHE/injected``)."""
+    import ray
+
+    from contamray.inject.prepare import InjectedModel, published_uri
+
+    wanted = finetune_options(model)
+    if make_room is not None:  # idle models of the run make way
+        make_room(cpus=float(wanted["num_cpus"]), gpus=float(wanted.get("num_gpus") or 0))
+    options = finetune_options(model, ray.available_resources().get("CPU", 0.0))
+    publish_to = published_uri(artifacts, job.key) if artifacts else None
+    log.info("injected model %s: fine-tuning as a Ray task with %s", job.where, options)
+    remote = ray.remote(max_calls=1)(finetune_task).options(name=f"finetune:{job.where}", **options)
+    ref = remote.remote(job, cache_dir, publish_to)
+    started = time.monotonic()
+    while not ray.wait([ref], timeout=WAIT_LOG_S)[0]:
+        log.info("injected model %s: fine-tune running or waiting for %s (%.0f s; available now: %s)", job.where,
+                 options, time.monotonic() - started, ray.available_resources())  # fmt: skip
+    node, path, manifest = ray.get(ref)
+    if node == ray.get_runtime_context().get_node_id():
+        return InjectedModel.from_manifest(path, manifest, published=publish_to)
+    if publish_to is None:
+        raise RuntimeError(
+            f"{job.where}: the fine-tune ran on another node ({node}) and there is no artifacts root to read it "
+            "from: set run.artifacts_uri to shared storage or a URI every node can read"
+        )
+    return InjectedModel.from_manifest(publish_to, manifest, published=publish_to)

@@ -34,7 +34,7 @@ class PoolPlacement:
 
 
 def pool_bundles(pool: ModelPlan) -> list[dict[str, float]]:
-    bundle = {"CPU": pool.num_cpus}
+    bundle = {"CPU": pool.num_cpus, **pool.resources}
     if pool.num_gpus:
         bundle["GPU"] = pool.num_gpus
     return [dict(bundle) for _ in range(pool.concurrency)]

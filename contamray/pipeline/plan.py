@@ -27,7 +27,7 @@ from contamray.methods.base import BenchmarkFacts, Method, get_method, method_na
 
 log = logging.getLogger(__name__)
 
-MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type")
+MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type", "resources")
 BACKENDS = ("auto", "hf", "vllm", "http")
 # backends that cannot return the vocabulary mean / std of log p (Min-K%++), and why
 NO_VOCAB_STATS = {
@@ -57,6 +57,8 @@ class ModelPlan:
     concurrency: int = 1
     accelerator_type: str | None = None  # a Ray accelerator type the replicas need (e.g. "A100"); None = any
     inject: dict[str, Any] | None = None  # fine-tune the source on benchmark rows first (contamray.inject)
+    # custom Ray resources each replica (and an injected model's fine-tune) needs, e.g. {"big_memory": 1}
+    resources: dict[str, float] = field(default_factory=dict)
 
     @property
     def backend(self) -> str:
@@ -522,7 +524,24 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         concurrency=concurrency,
         accelerator_type=str(pool["accelerator_type"]) if pool.get("accelerator_type") else None,
         inject=dict(inject) if inject else None,
+        resources=_custom_resources(f"{where}.resources", pool.get("resources")),
     )
+
+
+def _custom_resources(where: str, value: Any) -> dict[str, float]:
+    """A model's custom Ray resources (``{name: amount}``, amounts > 0), checked; ``{}`` when unset."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping of custom Ray resource names to amounts, got {value!r}")
+    out: dict[str, float] = {}
+    for key, amount in value.items():
+        if str(key) in ("CPU", "GPU", "memory", "object_store_memory"):
+            raise ConfigError(f"{where}.{key}: set it with the model's num_cpus / num_gpus, not as a custom resource")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount > 0:
+            raise ConfigError(f"{where}.{key}: expected a number > 0, got {amount!r}")
+        out[str(key)] = float(amount)
+    return out
 
 
 def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:

@@ -1,9 +1,9 @@
 """Models hosted once, as Ray Serve deployments, shared by every stage of a run and by the on-demand API.
 
 One Serve *application* per model spec hosts the model: a deployment of ``EngineReplica`` with
-``concurrency`` replicas, each with the model's ``num_gpus`` / ``num_cpus`` (and ``accelerator_type``
-when the model config names one). Its name is ``contamray-<digest>``, the digest of the engine spec
-and its resources, so two models of a run with the same spec (the canary's target serving as its own
+``concurrency`` replicas, each with the model's ``num_gpus`` / ``num_cpus`` (and ``accelerator_type`` and
+custom ``resources`` when the model config names them). Its name is ``contamray-<digest>``, the digest of
+the engine spec and its resources, so two models of a run with the same spec (the canary's target serving as its own
 open-data judge, a judge shared by a zoo of targets) are one deployment, and a deployment left up by
 an earlier run or by ``contamray serve`` is found again (``serve.reuse``).
 
@@ -119,6 +119,7 @@ def app_name(pool: ModelPlan) -> str:
         "num_cpus": pool.num_cpus,
         "concurrency": pool.concurrency,
         "accelerator_type": pool.accelerator_type,
+        **({"resources": pool.resources} if pool.resources else {}),  # names of earlier specs unchanged
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return APP_PREFIX + digest
@@ -129,6 +130,8 @@ def replica_options(pool: ModelPlan) -> dict[str, Any]:
     options: dict[str, Any] = {"num_cpus": pool.num_cpus, "num_gpus": pool.num_gpus}
     if pool.accelerator_type:
         options["accelerator_type"] = pool.accelerator_type
+    if pool.resources:
+        options["resources"] = dict(pool.resources)
     return options
 
 
@@ -396,7 +399,7 @@ def _cluster_resources() -> dict[str, float]:
     import ray
 
     total = ray.cluster_resources()
-    return {k: v for k, v in total.items() if k in ("CPU", "GPU") or k.startswith("accelerator_type")}
+    return {k: v for k, v in total.items() if k not in ("memory", "object_store_memory") and not k.startswith("node:")}
 
 
 def _session() -> str:

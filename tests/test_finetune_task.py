@@ -1,0 +1,94 @@
+"""An injected model's fine-tune runs as a Ray task with the model config's resources (issue #16, item 6).
+
+On a ``ray.cluster_utils.Cluster`` of the driver's 2-CPU head and one 2-CPU ``trainer`` node (a custom resource
+only that node has, and its own ``CONTAMRAY_CACHE``: its own disk, as far as the run can tell), a real run
+injects 4 synthetic-facts rows (2 copies, no background, 64-token blocks: one optimiser step) into the
+embedded model whose config asks for ``resources: {trainer: 1}``, and scores the rows with perplexity. The
+fine-tune must run on the trainer node as the task ``finetune:models.canary.inject`` with the node's 2 CPUs
+and the custom resource; the checkpoint lands in the trainer's cache and is published under the artifacts
+root, never on the driver's disk; the engine replica loads it from the URI (its node's fetch cache holds the
+published weights, which differ from the base model's); the examples carry the manifest's truth (every
+scored row a member) and no error. The next run's driver reuses the published fine-tune without a task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from ray import serve
+from ray.util.state import list_tasks
+
+from contamray.engines.models import EMBEDDED_MODELS, ensure_converted
+from contamray.pipeline.injections import Injections
+from contamray.pipeline.plan import build_plan
+from contamray.pipeline.runner import load_benchmarks
+from contamray.run import run
+from tests.test_config import composed
+
+pytestmark = pytest.mark.slow
+
+TASK = "finetune:models.canary.inject"
+
+
+def node_cache(root: Path) -> Path:
+    """A node's ``CONTAMRAY_CACHE`` holding only the converted base model (linked: no 35 s conversion)."""
+    base = ensure_converted(EMBEDDED_MODELS["smollm2-135m"])
+    (root / "models").mkdir(parents=True)
+    (root / "models" / base.name).symlink_to(base)
+    return root
+
+
+def config(out: Path, artifacts: Path, mirror: Path):
+    cfg = composed(
+        "model=[canary]", "benchmark=[synthetic_facts]", "method=[perplexity]", "corpus=none", "run.limit=4",
+        f"data.mirror_dir={mirror}", f"run.artifacts_uri=file://{artifacts}", "+models.canary.resources={trainer:1}",
+        "models.canary.inject.partitions=[{benchmark:synthetic_facts,duplication:2}]",
+        "models.canary.inject.background.docs=0", "models.canary.inject.max_length=64",
+    )  # fmt: skip
+    cfg.run.output_dir = str(out)
+    return cfg
+
+
+def test_the_fine_tune_runs_on_the_node_the_model_asks_for_and_engines_load_it_from_the_artifacts_uri(
+    ray_cluster, tmp_path: Path, mirror_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer_cache = node_cache(tmp_path / "trainer-cache")
+    trainer = ray_cluster.add_node(
+        num_cpus=2, resources={"trainer": 2}, env_vars={"CONTAMRAY_CACHE": str(trainer_cache)}
+    )
+    ray_cluster.wait_for_nodes()
+    monkeypatch.setenv("CONTAMRAY_CACHE", str(node_cache(tmp_path / "driver-cache")))
+    artifacts = tmp_path / "artifacts"
+    try:
+        run(config(tmp_path / "run", artifacts, mirror_dir))
+    finally:
+        serve.shutdown()
+
+    (task,) = [t for t in list_tasks(filters=[("name", "=", TASK)], detail=True, raise_on_missing_output=False)]
+    assert task.node_id == trainer.node_id and task.state == "FINISHED"
+    assert task.required_resources == {"CPU": 2.0, "trainer": 1.0}  # the model's resources, the node's CPUs
+
+    (published,) = (artifacts / "injected").glob("*/_COMPLETE")
+    key = published.parent.name
+    assert (trainer_cache / "injected" / key / "manifest.json").is_file()
+    assert not (tmp_path / "driver-cache" / "injected" / key).exists()  # trained and read on the other node only
+    weights = (published.parent / "model.safetensors").read_bytes()
+    base = ensure_converted(EMBEDDED_MODELS["smollm2-135m"])
+    assert hashlib.sha256(weights).digest() != hashlib.sha256((base / "model.safetensors").read_bytes()).digest()
+    uri = f"file://{artifacts}/injected/{key}"
+    fetched = trainer_cache / "artifacts" / hashlib.sha256(uri.encode()).hexdigest()[:20]
+    assert (fetched / "model.safetensors").read_bytes() == weights  # the replica loaded it from the URI
+
+    examples = pd.read_parquet(tmp_path / "run" / "examples.parquet")
+    assert len(examples) == 4 and not examples["error"].fillna("").astype(bool).any()
+    assert examples["member"].astype(bool).all()  # the truth, read from the manifest at the URI
+
+    # a fine-tune published under the artifacts root is reused by the next run's driver: no second task
+    plan = build_plan(config(tmp_path / "again", artifacts, mirror_dir))
+    injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], f"file://{artifacts}")
+    again = injections.engine_pool("canary")
+    assert again.engine["source"] == uri and injections.members("canary") == set(examples["record_id"])
+    assert len(list_tasks(filters=[("name", "=", TASK)], raise_on_missing_output=False)) == 1

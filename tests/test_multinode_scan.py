@@ -1,0 +1,73 @@
+"""A corpus scan on three nodes with the match pool growing from one actor (issue #16, done-when).
+
+On a ``ray.cluster_utils.Cluster``, 13-gram overlap and METEOR recall for 64 GSM8K rows scan six corpus files
+(24 MB of pages of other GSM8K problems, three planted rows), first on the head node alone, then with two more
+2-CPU nodes added. The second run starts the match pool at one actor (``ray.match_concurrency=1``) with
+its ceiling at the cluster's CPUs (``ray.match_concurrency_max=null``, the default): Ray Data's autoscaler must
+grow it, and the actors it adds land on the other nodes. Read back from Ray's state API: the run's
+``MatchWorker`` actors, more than one, on all three nodes; from the scan's log (each batch carries the node
+id of the actor that matched it): batches matched on all three. The examples and verdicts must be those of
+the single-node run, byte for byte for ``partitions.parquet``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from ray.util.state import list_actors
+
+from contamray.benchmarks import load_records
+from contamray.pipeline.plan import build_plan
+from contamray.pipeline.runner import load_benchmarks
+from contamray.run import run
+from tests.test_node_loss import config
+from tests.test_worker_loss import tables, write_corpus
+
+pytestmark = pytest.mark.slow
+
+METHODS = "ngram13,meteor_recall"
+PAGE = 60  # GSM8K problems per filler document (~32 KB)
+DOCS = 125  # per file, six files: 24 MB
+
+
+def match_actors() -> dict[str, str]:
+    """Every ``MatchWorker`` actor Ray knows of (alive or dead): actor id -> node id."""
+    actors = list_actors(detail=True, limit=10_000, raise_on_missing_output=False)
+    return {a.actor_id: a.node_id for a in actors if "MatchWorker" in (a.class_name or "")}
+
+
+def test_a_scan_on_three_nodes_grows_its_pool_from_one_and_equals_one_node(
+    ray_cluster, tmp_path: Path, mirror_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
+    seen = {r.id for r in rows}
+    # near-domain filler: pages of 60 other GSM8K problems pass METEOR's n-gram prefilter for many examples and
+    # cost it ~0.6 MB/s (~40 s of matching for one actor), far longer than a new match actor takes to start
+    others = [f"{r.input} {r.label}" for r in load_records("gsm8k", mirror_dir=mirror_dir).records if r.id not in seen]
+    filler = tuple(" ".join(others[i : i + PAGE]) for i in range(0, len(others) - PAGE + 1, PAGE))
+    corpus = write_corpus(tmp_path / "corpus", rows, docs=DOCS, filler=filler)
+    run(config(tmp_path / "one-node", corpus, mirror_dir, pool=(1, None), methods=METHODS))
+
+    nodes = {ray_cluster.head_node.node_id} | {ray_cluster.add_node(num_cpus=2).node_id for _ in range(2)}
+    ray_cluster.wait_for_nodes()
+    before = set(match_actors())
+    with caplog.at_level(logging.INFO, logger="contamray"):
+        run(config(tmp_path / "three-nodes", corpus, mirror_dir, pool=(1, None), methods=METHODS))
+
+    actors = {a: node for a, node in match_actors().items() if a not in before}
+    assert len(actors) > 1, "the match pool did not grow from 1 actor"
+    assert set(actors.values()) == nodes, actors
+    (placed,) = re.findall(r"corpus pass 1/1: matched by (\d+) actor\(s\) on (\d+) node\(s\)", caplog.text)
+    assert int(placed[0]) > 1 and int(placed[1]) == 3, placed
+
+    assert (tmp_path / "one-node" / "partitions.parquet").read_bytes() == (
+        tmp_path / "three-nodes" / "partitions.parquet"
+    ).read_bytes()
+    one, three = tables(tmp_path / "one-node")[0], tables(tmp_path / "three-nodes")[0]
+    pd.testing.assert_frame_equal(one, three)
+    ngram = three[three["method"] == "ngram13"]
+    assert {r.id for r in rows[:3]} <= set(ngram.loc[ngram["contaminated"].astype(bool), "record_id"])
