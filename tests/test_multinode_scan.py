@@ -8,6 +8,11 @@ grow it, and the actors it adds land on the other nodes. Read back from Ray's st
 ``MatchWorker`` actors, more than one, on all three nodes; from the scan's log (each batch carries the node
 id of the actor that matched it): batches matched on all three. The examples and verdicts must be those of
 the single-node run, byte for byte for ``partitions.parquet``.
+
+On a cluster with a GPU node, the embedding methods' matching runs in a stream of its own on actors holding a
+share of a GPU (``ray.match_gpu_share``), the other methods' on CPU actors kept off the GPU node; the results
+equal an all-CPU scan. The GPU here is Ray's resource only (torch sees no CUDA device, so those actors encode
+on their node's CPU): what is tested is the placement; on a real GPU the same actors encode on ``cuda``.
 """
 
 from __future__ import annotations
@@ -71,3 +76,32 @@ def test_a_scan_on_three_nodes_grows_its_pool_from_one_and_equals_one_node(
     pd.testing.assert_frame_equal(one, three)
     ngram = three[three["method"] == "ngram13"]
     assert {r.id for r in rows[:3]} <= set(ngram.loc[ngram["contaminated"].astype(bool), "record_id"])
+
+
+def test_embedding_matching_runs_on_gpu_actors_and_equals_cpu_matching(ray_cluster, tmp_path, mirror_dir) -> None:
+    methods = "ngram13,platypus_embedding"
+    rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
+    corpus = write_corpus(tmp_path / "corpus", rows, docs=20)
+    cpu = config(tmp_path / "cpu", corpus, mirror_dir, pool=(1, 2), methods=methods)
+    cpu.ray.match_gpu_share = 0  # every method on CPU actors
+    run(cpu)
+
+    gpu_node = ray_cluster.add_node(num_cpus=2, num_gpus=1)
+    ray_cluster.wait_for_nodes()
+    before = set(match_actors())
+    run(config(tmp_path / "gpu", corpus, mirror_dir, pool=(1, 2), methods=methods))  # match_gpu_share: 0.25
+    actors = list_actors(detail=True, limit=10_000, raise_on_missing_output=False)
+    new = [a for a in actors if "MatchWorker" in (a.class_name or "") and a.actor_id not in before]
+    on_gpu = [a for a in new if (a.required_resources or {}).get("GPU")]
+    on_cpu = [a for a in new if not (a.required_resources or {}).get("GPU")]
+    placed = [(a.node_id, a.required_resources) for a in new]
+    assert on_gpu and {a.node_id for a in on_gpu} == {gpu_node.node_id}, placed
+    assert all(a.required_resources["GPU"] == 0.25 for a in on_gpu)
+    assert on_cpu and gpu_node.node_id not in {a.node_id for a in on_cpu}  # n-grams stay off the GPU node
+
+    cpu_examples, cpu_partitions = tables(tmp_path / "cpu")
+    gpu_examples, gpu_partitions = tables(tmp_path / "gpu")
+    pd.testing.assert_frame_equal(cpu_examples, gpu_examples)
+    pd.testing.assert_frame_equal(cpu_partitions, gpu_partitions)
+    embedded = gpu_examples[gpu_examples["method"] == "platypus_embedding"]
+    assert {r.id for r in rows[:3]} <= set(embedded.loc[embedded["contaminated"].astype(bool), "record_id"])

@@ -58,6 +58,15 @@ def model_dir(source: str, where: str = "embedding model") -> str:
     )
 
 
+def device() -> str:
+    """Where to encode: ``cuda`` when this process sees a CUDA device (a match actor holding a share of a GPU:
+    Ray sets its ``CUDA_VISIBLE_DEVICES``), else ``cpu``. The vectors agree to float tolerance either way; the
+    methods' decisions compare cosines with a threshold."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @lru_cache(maxsize=2)
 def load_model(source: str, device: str = "cpu") -> Any:
     """The SentenceTransformer for ``source``, once per process."""
@@ -86,7 +95,7 @@ def encode(texts: list[str], source: str = MINILM, batch_size: int = 64) -> np.n
     """Unit-normalised float32 embeddings, one row per text (cosine similarity = dot product)."""
     if not texts:
         return np.zeros((0, 384), dtype=np.float32)
-    model = load_model(source)
+    model = load_model(source, device())
     out = model.encode(
         list(texts),
         batch_size=batch_size,

@@ -209,15 +209,51 @@ def _fold_into(
         folded[key] = sc.method.fold(folded[key] + pending.pop(key), sc.cfg)
 
 
+def gpu_share(plan: Plan, cells: list[ScanCell]) -> float:
+    """The share of a GPU each match actor of the methods that encode with a neural model
+    (``OpenMethod.match_on_gpu``: the embedding methods) holds: ``ray.match_gpu_share`` when the cluster has
+    GPUs and such a method is scanned, else 0 (every match actor on CPUs)."""
+    share = float(plan.ray.get("match_gpu_share", 0.25) or 0.0)
+    if share <= 0 or not any(getattr(sc.method, "match_on_gpu", False) for sc in cells):
+        return 0.0
+    return min(share, 1.0) if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+
 def _scan_pass(
     plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
-    """One Ray Data stream over ``shard``'s files for ``cells``: per cell key its folded rows, seconds of
-    matching, and the pass's bad corpus rows; and per Ray node id the match actors that ran there."""
+    """``shard``'s files scanned for ``cells``: per cell key its folded rows, seconds of matching, and the pass's
+    bad corpus rows; and per Ray node id the match actors that ran there. One Ray Data stream, or two on a
+    cluster with GPUs when an embedding method is scanned: the methods that encode on GPU actors (each holding
+    ``gpu_share`` of a GPU), the others on CPU actors kept off GPU nodes; each stream reads the files."""
+    share = gpu_share(plan, cells)
+    on_gpu = [sc for sc in cells if share and getattr(sc.method, "match_on_gpu", False)]
+    groups = [(g, s) for g, s in (([sc for sc in cells if sc not in on_gpu], 0.0), (on_gpu, share)) if g]
+    out: dict[str, dict[str, Any]] = {}
+    workers: dict[str, set[str]] = defaultdict(set)
+    errors: list[dict[str, str]] | None = None
+    for group, group_share in groups:
+        part, placed = _stream(plan, corpus, shard, group, group_share)
+        for node, actors in placed.items():
+            workers[node] |= actors
+        for key, value in part.items():
+            errors = value["errors"] if errors is None else errors  # each stream reads the same bad rows
+            out[key] = {**value, "errors": errors}
+    return out, dict(workers)
+
+
+def _stream(
+    plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell], share: float
+) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
+    """One Ray Data stream over ``shard``'s files for ``cells``, matched by actors holding one CPU and ``share``
+    of a GPU (0: CPU actors, kept off GPU nodes when the cluster has CPU-only ones)."""
     from contamray.corpus import read_corpus
 
     low = max(1, int(plan.ray.get("match_concurrency", 1)))
     ceiling = plan.ray.get("match_concurrency_max") or ray.cluster_resources().get("CPU", low)
+    if share:
+        ceiling = min(int(ceiling), max(1, int(ray.cluster_resources().get("GPU", 0) / share)))
+        low = min(low, ceiling)
     high = max(low, int(ceiling))
     ds = read_corpus(
         list(shard.paths),
@@ -234,6 +270,7 @@ def _scan_pass(
          sc.index_ref)
         for sc in cells
     ]  # fmt: skip
+    placement: dict[str, Any] = {"num_gpus": share} if share else cpu_work_options()
     matched = ds.map_batches(
         MatchWorker,
         # a worker matches a batch in pieces of about corpus_batch_bytes of text: its memory follows the bytes
@@ -242,7 +279,7 @@ def _scan_pass(
         batch_size=int(plan.ray.get("corpus_batch_size", 256)),
         batch_format="numpy",
         num_cpus=1,
-        **cpu_work_options(),
+        **placement,
     )
     by_key = {sc.cell.key: sc for sc in cells}
     pending: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -363,6 +363,9 @@ class OpenMethod(Method):
     family = "open"
     engine_roles = ()
     steps: ClassVar[Steps]
+    # its match step encodes text with a neural model: on a cluster with GPUs its match actors hold a share of
+    # one (``ray.match_gpu_share``) and encode there (``metrics.embedding.encode``)
+    match_on_gpu: ClassVar[bool] = False
 
     def build_index(self, records: list[Record], cfg: Any) -> Any:
         return self.steps.build_index(records, cfg)

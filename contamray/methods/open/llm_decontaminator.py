@@ -302,6 +302,7 @@ class LLMDecontaminator(common.OpenMethod):
     Config = LLMDecontaminatorConfig
     engine_roles = ("judge",)
     steps = common.Steps(build_index, match, score, reduce, fold)
+    match_on_gpu = True  # passages are encoded in the match step (a GPU where the cluster has one)
 
     def judge_requests(self, records: list[Record], matches: Any, cfg: LLMDecontaminatorConfig) -> list[Request]:
         return judge_requests(records, matches, cfg)

@@ -166,3 +166,4 @@ class PlatypusEmbedding(common.OpenMethod):
     )
     Config = PlatypusConfig
     steps = common.Steps(build_index, match, score, reduce, fold)
+    match_on_gpu = True  # passages are encoded in the match step (a GPU where the cluster has one)
