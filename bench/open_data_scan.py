@@ -490,7 +490,7 @@ def child_driver(paths: list[str], mirror: Path, n_items: int, store: Path) -> N
         ray=settings,
     )
     cell = Cell("bench", "gsm8k", "ngram13", "open")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         before = peak_rss_mb()
         result = scan_corpus(plan, [cell], {"gsm8k": items}, plan.corpus, ResultStore(store))

@@ -185,13 +185,24 @@ class Scanner:
         return out
 
 
+def packed_by_record(rows: list[dict[str, Any]]) -> bytes:
+    """Folded rows as ``MatchWorker`` sends them: a pickled list of ``(record id, pickled rows of that
+    record)``, so the driver files each record's rows without turning a whole batch into objects."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(row["record_id"]), []).append(row)
+    parts = [(record, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)) for record, group in groups.items()]
+    return pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class MatchWorker:
     """Scans corpus batches against every open-data cell's benchmark index (fetched once), with a ``Scanner``
     (byte-bounded pieces; long documents cut by the methods' windows).
 
-    Output: one row per (cell, batch): ``matches``, the pickled list of that cell's match rows folded per
-    example (``Method.fold``: a few rows per example however often the batch copies it; empty bytes when
-    there are none), ``seconds``, the time its method's ``match`` and ``fold`` took on the batch
+    Output: one row per (cell, batch): ``matches``, that cell's match rows folded per example
+    (``Method.fold``: a few rows per example however often the batch copies it), pickled per record
+    (``packed_by_record``; empty bytes when there are none; the ``CORPUS_ERRORS`` row: a pickled list),
+    ``seconds``, the time its method's ``match`` and ``fold`` took on the batch
     (the cell's share of the scan, reported as its cost), and ``node`` / ``actor``, the Ray node and
     actor ids that matched it (the scan logs where its batches ran). A batch of a planted corpus yields
     thousands of rows; a JSON string per row cost as much as the matching itself
@@ -227,7 +238,7 @@ class MatchWorker:
                 seconds.append(0.0)
         for cell_key, rows, spent in self.scanner(docs):
             cells.append(cell_key)
-            matches.append(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows else b"")
+            matches.append(packed_by_record(rows) if rows else b"")
             seconds.append(spent)
         return {
             "cell": cells, "matches": matches, "seconds": seconds, "node": [self.node] * len(cells),

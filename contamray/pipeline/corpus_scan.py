@@ -12,8 +12,10 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
   is lost or counted twice (``contamray.corpus.pieces``).
 - **Fold where the data is.** A match actor folds the rows its method's ``match`` gives for a batch
   (``Method.fold``, ``methods/open/common.FOLD_CONTRACT``): per example a few rows (counts as numbers, the
-  first ``max_evidence`` documents as evidence), whatever the number of corpus copies. The driver folds
-  what the actors send as it arrives, so it holds O(benchmark examples) per cell, never O(matches).
+  first ``max_evidence`` documents as evidence), whatever the number of corpus copies, and sends them
+  pickled per record. The driver files them by record, still pickled, and folds them into what it holds
+  once they weigh as much (``_Folding``: a few records at a time, so the fold's working structures never
+  exist for every example at once): it holds O(benchmark examples) per cell, never O(matches).
 - **Resume mid-corpus.** When a pass ends, each cell's folded rows for it are written to the result store
   (``scans/<index hash>/<shard key>.pkl``, atomically): the index hash covers everything the matching
   depends on (method and parameters, the benchmark's rows, the results version), the shard key the
@@ -52,8 +54,13 @@ log = logging.getLogger("contamray")
 
 DEFAULT_FILES_PER_PASS = 8
 DEFAULT_BATCH_BYTES = 16 << 20
-# the driver folds a cell's incoming rows once this many are waiting (and at least as many as it holds)
+# the driver folds a cell's incoming rows once this many are waiting (and at least as many as it holds),
+# or once their pickled bytes (evidence: hits, grams, texts) are this many and at least as many as it holds:
+# a batch's folded rows are few but, when the corpus copies its examples, each carries max_evidence
+# documents' evidence, and all the batches of a pass waiting unfolded made the driver O(matches)
 REFOLD_ROWS = 20_000
+REFOLD_BYTES = 1 << 20
+REFOLD_RECORDS = 32  # records folded together in a refold
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,7 @@ def scan_corpus(
         scan_cells.append(ScanCell(cell, mp.method, mp.config(), index_hash(plan, cell)))
     passes = shards(corpus, int(plan.ray.get("corpus_files_per_pass", DEFAULT_FILES_PER_PASS)))
     result = ScanResult()
-    pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    folds: dict[str, _Folding] = defaultdict(_Folding)
     total_bytes = sum(s.size for s in passes)
     with Progress("corpus scan", len(passes), unit="passes") as progress:
         for number, shard in enumerate(passes, 1):
@@ -165,9 +172,11 @@ def scan_corpus(
                     number, len(passes), sum(len(a) for a in workers.values()), len(workers),
                 )  # fmt: skip
                 for sc in missing:
-                    part = fresh[sc.cell.key]
+                    part = fresh[sc.cell.key]  # its matches still pickled per record: rows only for the store
                     if shard.reusable:
-                        store.put_scan(sc.index_hash, shard.key, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+                        rows = {**part, "matches": part["matches"].rows()}
+                        store.put_scan(sc.index_hash, shard.key, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
+                        del rows
                     stored[sc.cell.key] = part
                 result.scanned += 1
             else:
@@ -176,11 +185,14 @@ def scan_corpus(
                 part = stored[sc.cell.key]
                 assert part is not None
                 result.seconds[sc.cell.key] += float(part["seconds"])
-                _fold_into(sc, pending, result.matches, part["matches"])
+                matches = part["matches"]
+                packed = list(matches.folded.items()) if isinstance(matches, _Folding) else _packed(matches)
+                _fold_into(sc, folds[sc.cell.key], packed)
             result.errors.extend(stored[scan_cells[0].cell.key]["errors"])  # type: ignore[index]
             progress.update(1)
     for sc in scan_cells:
-        _fold_into(sc, pending, result.matches, [], final=True)
+        _fold_into(sc, folds[sc.cell.key], [], final=True)
+        result.matches[sc.cell.key] = folds[sc.cell.key].rows()
     if result.reused:
         log.info("corpus scan: %d of %d pass(es) reused from the result store", result.reused, len(passes))
     return result
@@ -194,19 +206,68 @@ def _build_indexes(cells: list[ScanCell], records: dict[str, list[Record]], resu
             result.seconds[sc.cell.key] += time.perf_counter() - started
 
 
-def _fold_into(
-    sc: ScanCell,
-    pending: dict[str, list[dict[str, Any]]],
-    folded: dict[str, list[dict[str, Any]]],
-    rows: list[dict[str, Any]],
-    final: bool = False,
-) -> None:
-    """Add ``rows`` to the cell's waiting rows; fold them into its folded rows when enough wait (or at the end)."""
-    key = sc.cell.key
-    pending[key].extend(rows)
-    waiting = len(pending[key])
-    if waiting and (final or waiting >= max(REFOLD_ROWS, len(folded[key]))):
-        folded[key] = sc.method.fold(folded[key] + pending.pop(key), sc.cfg)
+Packed = list[tuple[str, bytes]]  # (record id, pickled rows of that record), as MatchWorker sends them
+
+
+def _packed(rows: list[dict[str, Any]]) -> Packed:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[str(row["record_id"])].append(row)
+    return [(record, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)) for record, group in groups.items()]
+
+
+@dataclass
+class _Folding:
+    """A cell's folded rows and the rows waiting to be folded into them, by record id and pickled (a
+    fifth of their size as objects). A fold works per example (``FOLD_CONTRACT`` 5), so a refold goes
+    ``REFOLD_RECORDS`` records at a time: the driver holds the rows of a few examples as objects, and
+    the fold's working structures for those only."""
+
+    folded: dict[str, bytes] = field(default_factory=dict)
+    pending: dict[str, list[bytes]] = field(default_factory=dict)
+    waiting: int = 0  # pieces waiting (each at least a row)
+    folded_bytes: int = 0
+    pending_bytes: int = 0
+
+    def add(self, parts: Packed) -> None:
+        """Rows to fold, pickled per record."""
+        for record, blob in parts:
+            self.pending.setdefault(record, []).append(blob)
+            self.pending_bytes += len(blob)
+        self.waiting += len(parts)
+
+    def refold(self, sc: ScanCell) -> None:
+        """The waiting rows folded into the folded rows, ``REFOLD_RECORDS`` records at a time."""
+        records = sorted(self.pending)
+        for start in range(0, len(records), REFOLD_RECORDS):
+            group: list[dict[str, Any]] = []
+            for record in records[start : start + REFOLD_RECORDS]:
+                if record in self.folded:
+                    self.folded_bytes -= len(self.folded[record])
+                    group += pickle.loads(self.folded.pop(record))
+                for blob in self.pending.pop(record):
+                    group += pickle.loads(blob)
+            folded = _packed(sc.method.fold(group, sc.cfg))
+            del group
+            for record, blob in folded:
+                self.folded[record] = blob
+                self.folded_bytes += len(blob)
+        self.waiting, self.pending_bytes = 0, 0
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The folded rows, in record id order (``fold``'s)."""
+        return [row for record in sorted(self.folded) for row in pickle.loads(self.folded[record])]
+
+
+def _fold_into(sc: ScanCell, folding: _Folding, parts: Packed, final: bool = False) -> None:
+    """Add ``parts`` to the cell's waiting rows; fold them into its folded rows when enough wait (pieces or
+    bytes, at least as many as it holds: the folds cost linear time in all) or at the end."""
+    f = folding
+    f.add(parts)
+    if f.waiting and (
+        final or f.waiting >= max(REFOLD_ROWS, len(f.folded)) or f.pending_bytes >= max(REFOLD_BYTES, f.folded_bytes)
+    ):
+        f.refold(sc)
 
 
 def gpu_share(plan: Plan, cells: list[ScanCell]) -> float:
@@ -282,8 +343,7 @@ def _stream(
         **placement,
     )
     by_key = {sc.cell.key: sc for sc in cells}
-    pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    folded: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    folds: dict[str, _Folding] = defaultdict(_Folding)
     seconds: dict[str, float] = defaultdict(float)
     errors: list[dict[str, str]] = []
     workers: dict[str, set[str]] = defaultdict(set)
@@ -294,21 +354,29 @@ def _stream(
                 workers[str(node)].add(str(actor))
             yield batch
 
-    for cell_key, rows, spent in match_batches(placed(matched.iter_batches(batch_format="numpy", batch_size=None))):
+    for cell_key, blob, spent in _blobs(placed(matched.iter_batches(batch_format="numpy", batch_size=None))):
         if cell_key == CORPUS_ERRORS:
-            errors.extend(rows)
+            errors.extend(pickle.loads(blob))
             continue
         seconds[cell_key] += spent
-        _fold_into(by_key[cell_key], pending, folded, rows)
+        _fold_into(by_key[cell_key], folds[cell_key], pickle.loads(blob) if len(blob) else [])
     out = {}
     for key, sc in by_key.items():
-        _fold_into(sc, pending, folded, [], final=True)
-        out[key] = {"matches": folded[key], "seconds": seconds[key], "errors": errors}
+        _fold_into(sc, folds[key], [], final=True)
+        out[key] = {"matches": folds[key], "seconds": seconds[key], "errors": errors}
     return out, dict(workers)
+
+
+def _blobs(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, bytes, float]]:
+    for batch in batches:
+        for cell_key, blob, spent in zip(batch["cell"], batch["matches"], batch["seconds"]):
+            yield str(cell_key), bytes(blob), float(spent)
 
 
 def match_batches(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]], float]]:
     """``(cell key, rows, seconds)`` from ``MatchWorker`` output batches."""
-    for batch in batches:
-        for cell_key, blob, spent in zip(batch["cell"], batch["matches"], batch["seconds"]):
-            yield str(cell_key), (pickle.loads(blob) if len(blob) else []), float(spent)
+    for cell_key, blob, spent in _blobs(batches):
+        if cell_key == CORPUS_ERRORS or not len(blob):
+            yield cell_key, (pickle.loads(blob) if len(blob) else []), spent
+        else:
+            yield cell_key, [row for _, rows in pickle.loads(blob) for row in pickle.loads(rows)], spent

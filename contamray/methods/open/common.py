@@ -338,6 +338,9 @@ keeps per document what it would keep of the whole document (its first occurrenc
 3. Canonical: the same multiset of rows in gives the same list out (sorted), so a stored partial scan
    is the same bytes whichever match actor produced it.
 4. Plain: rows are dicts of str / int / float / bool / lists of them (pickled to the result store).
+5. Per example: every row carries its ``record_id`` and rows of different records never meet, so
+   ``fold(A + B)`` for rows of disjoint records is ``fold(A) + fold(B)`` in record id order (the scan's
+   driver folds a few records at a time, ``pipeline/corpus_scan._Folding``).
 """
 
 

@@ -894,6 +894,10 @@ class _Example:
     texts: set[tuple[Gram, str]] = field(default_factory=set)
     hits: set[tuple[Gram, str, int]] = field(default_factory=set)
     n_docs: int = 0
+    # without max_doc_frequency: only the first max_evidence documents' hits are kept (``row`` keeps no
+    # more), so the merge holds O(max_evidence) documents' hits per example however many rows it adds
+    doc_cap: int | None = None
+    hit_docs: set[str] = field(default_factory=set)
 
     def add(self, row: dict[str, Any]) -> None:
         """Add a folded row: gram documents add up (the rows' documents differ, ``FOLD_CONTRACT``)."""
@@ -903,7 +907,15 @@ class _Example:
             self.docs[gram] = self.docs.get(gram, 0) + int(docs)
         self.texts.update((grams[int(j)], str(text)) for j, text in zip(row["text_gram"], row["text"], strict=True))
         hits = zip(row["hit_gram"], row["hit_doc"], row["hit_offset"], strict=True)
-        self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits)
+        if self.doc_cap is None:
+            self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits)
+        else:  # the first doc_cap documents of those held and the row's: the others can never be kept
+            docs = self.hit_docs | {str(doc) for doc in row["hit_doc"]}
+            keep = set(sorted(docs)[: self.doc_cap]) if len(docs) > self.doc_cap else docs
+            if not self.hit_docs <= keep:
+                self.hits = {hit for hit in self.hits if hit[1] in keep}
+            self.hits.update((grams[int(j)], doc, int(offset)) for j, doc, offset in hits if str(doc) in keep)
+            self.hit_docs = keep
         self.n_docs += int(row["n_docs"])
 
     def row(self, rid: str, cfg: NGramOverlapConfig) -> dict[str, Any]:
@@ -939,8 +951,12 @@ def _merge(folded: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[s
     """Folded rows merged into one per example and channel (own grams, template grams), in
     (record id, template) order."""
     examples: dict[tuple[str, bool], _Example] = {}
+    cap = cfg.max_evidence if cfg.max_doc_frequency is None else None
     for row in folded:
-        examples.setdefault(_row_key(row), _Example(row.get("partition"))).add(row)
+        key = _row_key(row)
+        if key not in examples:
+            examples[key] = _Example(row.get("partition"), doc_cap=cap)
+        examples[key].add(row)
     return [{**examples[key].row(key[0], cfg), "template": key[1]} for key in sorted(examples)]
 
 
