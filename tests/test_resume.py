@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from ray.job_submission import JobSubmissionClient
 
 from tests.ray_head import ray_head as local_ray_head
 
@@ -155,14 +156,17 @@ def test_a_stopped_ray_job_resubmitted_reuses_its_stored_cells(tmp_path, mirror_
         deadline = time.time() + 900
         while not scored_cells(run_dir) and proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        env = dict(os.environ, RAY_ADDRESS=head.dashboard)
-        stop = subprocess.run(["ray", "job", "stop", job], env=env, capture_output=True, text=True, timeout=300)
-        assert stop.returncode == 0, stop.stdout + stop.stderr
+        # the Jobs SDK in this process: `ray job stop` would first spend seconds starting a CLI, while the
+        # other cells of a stage are scored within moments of the first
+        assert JobSubmissionClient(head.dashboard).stop_job(job)
         proc.wait(timeout=300)
         assert proc.returncode != 0, first_log.read_text()[-3000:]  # submit.sh reports the job STOPPED
         assert f"job {job}: STOPPED" in first_log.read_text(), first_log.read_text()[-3000:]
         finished, scored = finished_cells(run_dir), scored_cells(run_dir)
-        assert 0 < len(scored) < 8, f"stop came too late or too early: {len(scored)} cells scored"
+        # stopped mid-run: something stored, not everything reduced (cells of one stage are scored together, so
+        # every cell may be scored by the time the job stops; their reduce is what the re-submission then runs)
+        assert scored and len(finished) < 8, f"stopped too late or early: {len(scored)} scored, {len(finished)} done"
+        assert not (run_dir / "partitions.parquet").exists()
 
         second_log = tmp_path / "second.log"
         proc = submit(head, root, second_log, mirror_dir)
