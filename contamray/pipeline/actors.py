@@ -185,14 +185,18 @@ class Scanner:
         return out
 
 
-def packed_by_record(rows: list[dict[str, Any]]) -> bytes:
-    """Folded rows as ``MatchWorker`` sends them: a pickled list of ``(record id, pickled rows of that
-    record)``, so the driver files each record's rows without turning a whole batch into objects."""
+def record_parts(rows: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """``(record id, pickled rows of that record)`` per record of ``rows``, in first-seen order."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(str(row["record_id"]), []).append(row)
-    parts = [(record, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)) for record, group in groups.items()]
-    return pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
+    return [(record, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)) for record, group in groups.items()]
+
+
+def packed_by_record(rows: list[dict[str, Any]]) -> bytes:
+    """Folded rows as ``MatchWorker`` sends them: the pickled ``record_parts``, so the driver files each
+    record's rows without turning a whole batch into objects."""
+    return pickle.dumps(record_parts(rows), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class MatchWorker:

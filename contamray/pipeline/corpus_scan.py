@@ -43,7 +43,7 @@ import ray
 
 from contamray.corpus.fingerprint import file_listing
 from contamray.methods.base import Method
-from contamray.pipeline.actors import CORPUS_ERRORS, MatchWorker
+from contamray.pipeline.actors import CORPUS_ERRORS, MatchWorker, record_parts
 from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import RESULTS_VERSION, Cell, Plan
 from contamray.pipeline.progress import Progress
@@ -186,7 +186,7 @@ def scan_corpus(
                 assert part is not None
                 result.seconds[sc.cell.key] += float(part["seconds"])
                 matches = part["matches"]
-                packed = list(matches.folded.items()) if isinstance(matches, _Folding) else _packed(matches)
+                packed = list(matches.folded.items()) if isinstance(matches, _Folding) else record_parts(matches)
                 _fold_into(sc, folds[sc.cell.key], packed)
             result.errors.extend(stored[scan_cells[0].cell.key]["errors"])  # type: ignore[index]
             progress.update(1)
@@ -207,13 +207,6 @@ def _build_indexes(cells: list[ScanCell], records: dict[str, list[Record]], resu
 
 
 Packed = list[tuple[str, bytes]]  # (record id, pickled rows of that record), as MatchWorker sends them
-
-
-def _packed(rows: list[dict[str, Any]]) -> Packed:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[str(row["record_id"])].append(row)
-    return [(record, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)) for record, group in groups.items()]
 
 
 @dataclass
@@ -247,7 +240,7 @@ class _Folding:
                     group += pickle.loads(self.folded.pop(record))
                 for blob in self.pending.pop(record):
                     group += pickle.loads(blob)
-            folded = _packed(sc.method.fold(group, sc.cfg))
+            folded = record_parts(sc.method.fold(group, sc.cfg))
             del group
             for record, blob in folded:
                 self.folded[record] = blob
