@@ -169,6 +169,25 @@ def test_sample_first_takes_a_contiguous_block_and_bad_values_name_the_key(mirro
         plan_of("+exp=smoke", "benchmarks.gsm8k.sample=last")
 
 
+def test_offset_takes_the_rows_after_the_first_ones_and_bad_values_name_the_key(mirror_dir):
+    """``benchmarks.<key>.offset`` skips a split's leading rows: rows 7-13 are a held-out disjoint from rows 0-6."""
+    from contamray.benchmarks import load_records, sample_indices
+
+    plan = plan_of("+exp=smoke", "run.sample=first", "run.limit=7", "+benchmarks.arc_challenge.offset=7")
+    bench = plan.benchmarks["arc_challenge"]
+    assert (bench.offset, plan.facts("arc_challenge").rows) == (7, range(7, 14))
+    after = load_records("arc_challenge", n=7, mirror_dir=mirror_dir, sample="first", offset=bench.offset)
+    whole = load_records("arc_challenge", mirror_dir=mirror_dir)
+    assert [r.id for r in after.records] == [r.id for r in whole.records[7:14]]
+    drawn = sample_indices(100, 10, seed=3, what="x", how="random", offset=90)
+    assert drawn == list(range(90, 100))
+    assert set(sample_indices(100, 5, seed=3, what="x", how="random", offset=50)) <= set(range(50, 100))
+    with pytest.raises(ValueError, match=r"offset=100 for x: the split has only 100 rows"):
+        sample_indices(100, 5, seed=3, what="x", offset=100)
+    with pytest.raises(ConfigError, match=r"benchmarks.gsm8k.offset: .*integer >= 0"):
+        plan_of("+exp=smoke", "+benchmarks.gsm8k.offset=-1")
+
+
 def test_min_k_plus_plus_on_a_vllm_model_is_refused_naming_the_backend_key():
     with pytest.raises(ConfigError, match=r"models.smollm2_135m.backend=hf"):
         plan_of("method=[min_k_plus_plus]", "models.smollm2_135m.backend=vllm",

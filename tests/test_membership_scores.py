@@ -360,6 +360,17 @@ def test_plan_refuses_a_cross_benchmark_reference_in_heldout_mode():
     for mode in ("heldout", "distribution"):
         with pytest.raises(ConfigError, match="same partition"):
             plan_of(same, "++methods.min_k.reference={synthetic_facts:sf_again}", f"methods.min_k.mode={mode}")
+    # rows of the same split after the tested block are a held-out; a block that overlaps them, or a random draw of
+    # the same split (it may hold any row), is not
+    after = "+benchmarks.wg_after={adapter:winogrande,split:validation,sample:first,limit:20,offset:20}"
+    plan = plan_of(after, "++methods.min_k.reference={winogrande:wg_after}")  # the canary takes the first rows
+    cell = next(c for c in plan.cells if c.method == "min_k" and c.benchmark == "winogrande")
+    assert [d.benchmark for d in plan.dependencies(cell)] == ["wg_after"]
+    overlap = "+benchmarks.wg_over={adapter:winogrande,split:validation,sample:first,limit:20,offset:10}"
+    with pytest.raises(ConfigError, match=r"same partition.*may read the same rows.*offset"):
+        plan_of(overlap, "++methods.min_k.reference={winogrande:wg_over}")
+    with pytest.raises(ConfigError, match="same partition"):
+        plan_of(after, "benchmarks.winogrande.sample=random", "++methods.min_k.reference={winogrande:wg_after}")
     # another config of a hub dataset is a different subset, not a draw; another split of the same config is one
     xs = "+benchmarks.wg_xs={adapter:winogrande,config:winogrande_xs,split:train,limit:20}"
     with pytest.raises(ConfigError, match="not draws"):

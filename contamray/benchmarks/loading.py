@@ -115,26 +115,36 @@ def _generated(adapter: Adapter, config: str, split: str) -> tuple[Any, str]:
 SAMPLINGS = ("random", "first")
 
 
-def sample_indices(total: int, n: int | None, seed: int, what: str, how: str = "random") -> list[int]:
-    """``n`` of ``range(total)`` in ascending (canonical) order.
+def sample_indices(
+    total: int, n: int | None, seed: int, what: str, how: str = "random", offset: int = 0
+) -> list[int]:
+    """``n`` of ``range(offset, total)`` in ascending (canonical) order.
 
     ``how="random"`` draws them with ``random.Random(seed)``; ``how="first"`` takes the first ``n``, a
     contiguous block - what the sharded likelihood test needs, since a model that memorised the file in
     order learnt which example follows which, and a random subsample keeps few such neighbours.
+    ``offset`` skips the split's first rows: rows ``offset`` .. ``offset + n - 1`` of a split are a
+    held-out disjoint from its first ``offset`` rows.
     """
     if how not in SAMPLINGS:
         raise ValueError(f"sample={how!r} for {what}: choose one of {', '.join(SAMPLINGS)}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset={offset!r} for {what}: give the number of leading rows to skip (>= 0)")
+    if offset >= total:
+        raise ValueError(f"offset={offset} for {what}: the split has only {total} rows; use an offset below {total}")
+    rows = range(offset, total)
     if n is None:
-        return list(range(total))
+        return list(rows)
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise ValueError(f"n={n!r} for {what}: give a positive number of rows, or None for all rows")
-    if n >= total:
-        if n > total:
-            warnings.warn(f"n={n} is more than the {total} rows of {what}; taking all rows", stacklevel=3)
-        return list(range(total))
+    if n >= len(rows):
+        if n > len(rows):
+            warnings.warn(f"n={n} is more than the {len(rows)} rows of {what} from row {offset}; taking them all",
+                          stacklevel=3)  # fmt: skip
+        return list(rows)
     if how == "first":
-        return list(range(n))
-    return sorted(random.Random(seed).sample(range(total), n))
+        return list(rows[:n])
+    return sorted(random.Random(seed).sample(rows, n))
 
 
 def _columns(table: Any, names: tuple[str, ...]) -> dict[str, list[Any]]:
@@ -151,11 +161,13 @@ def load_records(
     mirror_dir: str | Path | None = None,
     strict: bool = True,
     sample: str = "random",
+    offset: int = 0,
 ) -> LoadResult:
     """The Records of benchmark ``name`` (registry name) for one config and split.
 
     ``split``/``config`` default to the adapter's; ``n`` samples that many rows (canonical order; None =
-    all; ``sample`` = "random" draws them seeded, "first" takes the first ``n``); ``mirror_dir`` reads a
+    all; ``sample`` = "random" draws them seeded, "first" takes the first ``n``; ``offset`` skips the split's
+    first rows); ``mirror_dir`` reads a
     local mirror instead of the hub; ``strict=False`` records bad rows as ``RowFailure`` instead of
     raising ``BenchmarkRowError``.
     """
@@ -172,9 +184,9 @@ def load_records(
     total = len(table)
     if total == 0:
         raise ValueError(f"{source} holds no rows for {partition}; fix: point at a non-empty split")
-    indices = sample_indices(total, n, seed, f"{partition} ({source})", sample)
+    indices = sample_indices(total, n, seed, f"{partition} ({source})", sample, offset)
     extras = adapter.groups(_columns(table, adapter.group_columns), partition) if adapter.groups else None
-    rows = table if len(indices) == total else table.select(indices)
+    rows = table if indices == list(range(total)) else table.select(indices)
 
     result = LoadResult(records=[], failures=[], partition=partition, source=source, total_rows=total)
     first_row_of: dict[str, int] = {}

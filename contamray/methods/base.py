@@ -148,6 +148,17 @@ class BenchmarkFacts:
     has_choices: bool
     limit: int | None
     sample: str
+    offset: int = 0  # leading rows of the split skipped
+
+    @property
+    def rows(self) -> range | None:
+        """The split's rows this benchmark reads when that is known before loading (a contiguous block, or
+        all rows from ``offset``); None for a random draw, which may hold any row of the split."""
+        if self.sample == "first" and self.limit is not None:
+            return range(self.offset, self.offset + self.limit)
+        if self.limit is None:
+            return range(self.offset, 1 << 62)
+        return None
 
     @property
     def dataset(self) -> tuple[str, str | None]:

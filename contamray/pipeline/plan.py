@@ -73,6 +73,7 @@ class BenchmarkPlan:
     split: str | None
     limit: int | None
     sample: str = "random"  # "random" (seeded) or "first" (a contiguous block), canonical order either way
+    offset: int = 0  # rows of the split skipped before sampling (a held-out after the first `offset` rows)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class Plan:
         task = get_adapter(b.adapter).task
         return BenchmarkFacts(
             name=benchmark, adapter=b.adapter, config=b.config, split=b.split, task=task,
-            has_choices=task == "multiple_choice", limit=b.limit, sample=b.sample,
+            has_choices=task == "multiple_choice", limit=b.limit, sample=b.sample, offset=b.offset,
         )  # fmt: skip
 
     def closed_methods(self) -> list[MethodPlan]:
@@ -550,7 +551,7 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
     where = f"benchmarks.{name}"
     if not isinstance(spec, dict) or "adapter" not in spec:
         raise ConfigError(f"{where}: expected a mapping with `adapter` (one of {', '.join(adapter_names())})")
-    known = ("adapter", "config", "split", "limit", "sample")
+    known = ("adapter", "config", "split", "limit", "sample", "offset")
     unknown = sorted(set(spec) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -577,6 +578,10 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
         raise ConfigError(
             f"{where}.sample: {sample!r} is not one of {', '.join(SAMPLINGS)} (run.sample sets it for all)"
         )
+    offset = spec.get("offset") or 0
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ConfigError(f"{where}.offset: the number of leading rows of the split to skip (an integer >= 0), got "
+                          f"{offset!r}")  # fmt: skip
     return BenchmarkPlan(
         name=name,
         adapter=spec["adapter"],
@@ -584,6 +589,7 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
         split=split,
         limit=None if limit is None else int(limit),
         sample=str(sample),
+        offset=offset,
     )
 
 

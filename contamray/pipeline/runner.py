@@ -150,6 +150,7 @@ def load_benchmarks(plan: Plan, names: Iterable[str]) -> tuple[dict[str, list[Re
                 mirror_dir=plan.data.get("mirror_dir"),
                 strict=bool(plan.data.get("strict", False)),
                 sample=b.sample,
+                offset=b.offset,
             )
         records[name] = list(result.records)
         failures[name] = [_failure_row(f) for f in result.failures]

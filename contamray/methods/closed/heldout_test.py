@@ -169,10 +169,11 @@ class HeldoutTest(Method):
         """Refuse a reference that cannot serve: the same rows (any mode); in ``heldout`` mode, another
         benchmark, or another config of a hub dataset (a different subset or format, not a draw)."""
         mine, theirs = _resolved(bench), _resolved(reference)
-        if mine == theirs:
+        if mine == theirs and _may_overlap(bench, reference):
             return (
-                f"{reference.name} reads the same partition as {bench.name} ({'/'.join(mine)}): a partition is not "
-                f"held out from itself; use another split or draw of {bench.adapter}"
+                f"{reference.name} reads the same partition as {bench.name} ({'/'.join(mine)}) and may read the same "
+                f"rows: a partition is not held out from itself; use another split or draw of {bench.adapter}, or "
+                f"rows after the tested ones (benchmarks.{reference.name}.offset with sample: first on both)"
             )
         if cfg.mode == "distribution":
             return None
@@ -207,7 +208,7 @@ class HeldoutTest(Method):
             and (self.reference_benchmark(cfg, bench.name) or is_reference)
         ):
             warnings.append(
-                f"{self.name} on {bench.name}: sample=first takes the first {bench.limit} rows, a contiguous block; a "
+                f"{self.name} on {bench.name}: sample=first takes {_block(bench)}, a contiguous block; a "
                 "held-out comparison assumes the partition and its held-out are exchangeable draws, which a block "
                 "is not when the split's order follows content (MMLU is sorted by subject, HellaSwag runs by "
                 f"activity) - set benchmarks.{bench.name}.sample=random (and the same for its held-out)"
@@ -396,6 +397,18 @@ def _independent_rows(partition: str) -> bool:
         return bool(get_adapter(_adapter(partition)).independent_rows)
     except (KeyError, ValueError):
         return False
+
+
+def _block(bench: BenchmarkFacts) -> str:
+    if bench.offset:
+        return f"rows {bench.offset}-{bench.offset + (bench.limit or 0) - 1}"
+    return f"the first {bench.limit} rows"
+
+
+def _may_overlap(a: BenchmarkFacts, b: BenchmarkFacts) -> bool:
+    """Whether two benchmarks of one partition can share a row (unknown for a random draw: yes)."""
+    ra, rb = a.rows, b.rows
+    return ra is None or rb is None or (max(ra.start, rb.start) < min(ra.stop, rb.stop))
 
 
 def _resolved(bench: BenchmarkFacts) -> tuple[str, str, str]:
