@@ -339,33 +339,48 @@ def reader_rates(paths: list[Path], work: Path) -> dict[str, float]:
     return rates
 
 
-def run_ray(records: list[Any], paths: list[Path], workers: int) -> tuple[float, int]:
-    """The pipeline's own scan: read_corpus -> MatchWorker actor pool (``workers`` actors) -> the
-    driver, which folds what the actors folded per batch; (wall seconds, folded match rows)."""
+def run_ray(records: list[Any], paths: list[Path], workers: int, read_by: str) -> tuple[float, int]:
+    """The pipeline's own scan stream (``pipeline/corpus_scan.matched_stream``: a pool of ``workers`` match
+    actors, reading their own files or fed by Ray Data read tasks) -> the driver, which folds what the actors
+    folded per batch; (wall seconds, folded match rows)."""
     import ray
 
-    from contamray.corpus import read_corpus
     from contamray.methods.base import get_method
-    from contamray.pipeline.actors import MatchWorker
-    from contamray.pipeline.corpus_scan import match_batches
+    from contamray.pipeline.corpus_scan import match_batches, matched_stream
 
     method = get_method("ngram_overlap")
     params = {"n": 13}
     index = ray.put(method.build_index(records, method.make_config(params)))
     start = time.perf_counter()
-    dataset = read_corpus([str(p) for p in paths], id_field="id", override_num_blocks=max(4, 2 * workers))
-    matched = dataset.map_batches(
-        MatchWorker,
-        fn_constructor_kwargs={"indexes": [("bench", "gpt3_13gram", "ngram_overlap", params, index)]},
-        compute=ray.data.ActorPoolStrategy(size=workers),
-        batch_size=BATCH,
-        batch_format="numpy",
-        num_cpus=1,
-    )
+    matched = matched_stream(
+        [str(p) for p in paths], {"format": "jsonl", "id_field": "id"},
+        [("bench", "gpt3_13gram", "ngram_overlap", params, index)], workers, workers, read_by=read_by,
+        batch_docs=BATCH, placement={},
+    )  # fmt: skip
     batches = matched.iter_batches(batch_format="numpy", batch_size=None)
     rows = [r for _, part, _ in match_batches(batches) for r in part]
     folded = method.fold(rows, method.make_config(params))
     return time.perf_counter() - start, len(folded)
+
+
+def run_streaming(records: list[Any], paths: list[Path]) -> float:
+    """Seconds of the same scan in one process, end to end: the files read (``iter_documents``) and matched in
+    batches of ``BATCH`` documents - the work one Ray match actor does, without Ray."""
+    from contamray.corpus import iter_documents
+    from contamray.methods.base import get_method
+
+    method = get_method("ngram_overlap")
+    cfg = method.make_config({"n": 13})
+    index = method.build_index(records, cfg)
+    start = time.perf_counter()
+    batch: list[dict[str, str]] = []
+    for doc in iter_documents([str(p) for p in paths], id_field="id"):
+        batch.append(doc)
+        if len(batch) == BATCH:
+            method.match(batch, index, cfg)
+            batch = []
+    method.match(batch, index, cfg)
+    return time.perf_counter() - start
 
 
 def child_result(*args: str) -> dict[str, float]:
@@ -514,6 +529,8 @@ def main() -> None:
     parser.add_argument("--rss-items", type=int, default=200, help="GSM8K rows of the driver-memory test")
     parser.add_argument("--rss-docs", type=int, default=2000, help="documents of the driver-memory corpus")
     parser.add_argument("--rss-copies", type=int, default=RSS_COPIES, help="copies of each row in its dirty corpus")
+    parser.add_argument("--ray-only", action="store_true",
+                        help="only the Ray scan rates and ray_scan_efficiency (no reference tools, no memory runs)")
     parser.add_argument("--child-scan", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-reference", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child-datatrove", default="", help=argparse.SUPPRESS)
@@ -546,6 +563,14 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
     texts = corpus_texts(paths)
     mb = megabytes(texts)
     docs = [{"doc_id": str(i), "text": t} for i, t in enumerate(texts)]
+    if args.ray_only:
+        rate = mb / min(run_contamray(records, docs)[0] for _ in range(3))
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; corpus {mb:.2f} MB, "
+              f"{len(paths)} shards; contamray match only, 1 process: {rate:.1f} MB/s/core")  # fmt: skip
+        rates, stream_rate = ray_scaling(records, paths, paths10, mb)
+        print(f"ray_scan_efficiency_vs_match_only: {rates['actors', 2] / (2 * rate):.2f}")
+        print(f"ray_scan_efficiency: {rates['actors', 2] / (2 * stream_rate):.2f}")
+        return
     eval_texts = [f"{r.input} {r.label}" for r in records]
     print(
         f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} "
@@ -589,34 +614,8 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
     reader_rates(paths, work / "compressed")
     datatrove_rate = compare_datatrove(Path(args.datatrove_venv), records, paths, mb, work, found, planted)
 
-    import ray
-
-    # one logical CPU more than match workers: with every CPU held by a MatchWorker actor, Ray Data's
-    # read tasks (1 CPU each) could never be scheduled and the scan would wait forever
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    try:
-        rates = {}
-        for workers in (1, 2):
-            run_ray(records, paths10[: len(paths)], workers)  # warm-up: imports, worker processes
-            t1 = min(run_ray(records, paths10[: len(paths)], workers)[0] for _ in range(2))
-            t10, n = min(run_ray(records, paths10, workers) for _ in range(2))
-            # start-up (actor processes, index fetch, the first block) is paid once per run whatever
-            # the corpus size; the scan rate is what the other 9 copies add
-            rates[workers] = 9 * mb / max(t10 - t1, 1e-9)
-            print(
-                f"contamray via Ray Data (read_corpus -> MatchWorker -> driver), {workers} worker(s): "
-                f"1x corpus {t1:.2f} s, 10x corpus {t10:.2f} s ({n} match rows) -> "
-                f"scan rate after start-up {rates[workers]:.1f} MB/s "
-                f"({rates[workers] / workers:.1f} MB/s per worker); "
-                f"start-up about {t1 - mb / rates[workers]:.1f} s per run"
-            )
-        print(
-            f"scaling 1 -> 2 workers (scan rate): {rates[2] / rates[1]:.2f}x "
-            "(2 physical cores shared by the read tasks, the driver and the workers)"
-        )
-        print(f"ratio_vs_llmsanitize_per_worker_through_ray: {rates[1] / ref_rate:.1f}x")
-    finally:
-        ray.shutdown()
+    rates, stream_rate = ray_scaling(records, paths, paths10, mb)
+    print(f"ratio_vs_llmsanitize_per_worker_through_ray: {rates['actors', 1] / ref_rate:.1f}x")
 
     one = child_result("--child-scan", "--mirror", str(mirror), *map(str, paths))
     ten = child_result("--child-scan", "--mirror", str(mirror), *map(str, paths10))
@@ -635,7 +634,50 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
     print(f"ratio_vs_llmsanitize_per_core: {rate / ref_rate:.1f}x")
     print(f"ratio_vs_datatrove_per_core: {rate / datatrove_rate:.1f}x")
     print(f"driver_rss_ratio_{args.rss_copies}x_matches: {rss_ratio:.3f}")
-    print(f"ray_scan_efficiency: {rates[2] / (2 * rate):.2f}")
+    # the issue's figure: 2 workers (actors reading their own files, the default) over twice one process; one
+    # process either matching documents already in memory (as the issue measured it) or reading them too, as
+    # every Ray worker does
+    print(f"ray_scan_efficiency_vs_match_only: {rates['actors', 2] / (2 * rate):.2f}")
+    print(f"ray_scan_efficiency: {rates['actors', 2] / (2 * stream_rate):.2f}")
+
+
+def ray_scaling(
+    records: list[Any], paths: list[Path], paths10: list[Path], mb: float
+) -> tuple[dict[tuple[str, int], float], float]:
+    """Scan rates through Ray (MB/s after start-up) by reader (actors, tasks) and worker count (1, 2), and the
+    one-process end-to-end rate (read + match) they are compared with."""
+    import ray
+
+    streaming = min(run_streaming(records, paths) for _ in range(3))
+    stream_rate = mb / streaming
+    print(f"contamray, 1 process end to end (read jsonl + match), best of 3: {streaming:.2f} s -> "
+          f"{stream_rate:.1f} MB/s/core")  # fmt: skip
+    # one logical CPU more than match workers: the read tasks of read_by=tasks take a quarter CPU each
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
+    rates: dict[tuple[str, int], float] = {}
+    try:
+        for read_by in ("actors", "tasks"):
+            for workers in (1, 2):
+                run_ray(records, paths10[: len(paths)], workers, read_by)  # warm-up: imports, worker processes
+                t1 = min(run_ray(records, paths10[: len(paths)], workers, read_by)[0] for _ in range(2))
+                t10, n = min(run_ray(records, paths10, workers, read_by) for _ in range(2))
+                # start-up (actor processes, index fetch, the first block) is paid once per run whatever
+                # the corpus size; the scan rate is what the other 9 copies add
+                rate_w = rates[read_by, workers] = 9 * mb / max(t10 - t1, 1e-9)
+                print(
+                    f"contamray via Ray Data (read_by={read_by}: matched_stream -> driver), {workers} worker(s): "
+                    f"1x corpus {t1:.2f} s, 10x corpus {t10:.2f} s ({n} match rows) -> "
+                    f"scan rate after start-up {rate_w:.1f} MB/s ({rate_w / workers:.1f} MB/s per worker); "
+                    f"start-up about {t1 - mb / rate_w:.1f} s per run"
+                )
+            print(
+                f"read_by={read_by}: scaling 1 -> 2 workers (scan rate) {rates[read_by, 2] / rates[read_by, 1]:.2f}x "
+                "(2 physical cores shared by the workers, the driver and any read tasks); "
+                f"2 workers over 2 x the 1-process end-to-end rate: {rates[read_by, 2] / (2 * stream_rate):.2f}"
+            )
+    finally:
+        ray.shutdown()
+    return rates, stream_rate
 
 
 def compare_datatrove(

@@ -188,6 +188,11 @@ def test_offset_takes_the_rows_after_the_first_ones_and_bad_values_name_the_key(
         plan_of("+exp=smoke", "+benchmarks.gsm8k.offset=-1")
 
 
+def test_an_unknown_corpus_reader_is_refused_naming_the_key_and_the_choices():
+    with pytest.raises(ConfigError, match=r"ray.corpus_read: 'driver' is not one of actors .* tasks"):
+        plan_of("+exp=smoke", "ray.corpus_read=driver")
+
+
 def test_min_k_plus_plus_on_a_vllm_model_is_refused_naming_the_backend_key():
     with pytest.raises(ConfigError, match=r"models.smollm2_135m.backend=hf"):
         plan_of("method=[min_k_plus_plus]", "models.smollm2_135m.backend=vllm",

@@ -44,10 +44,10 @@ def overrides(corpus_dir: Path, mirror: Path) -> list[str]:
     ]
 
 
-def run(out: Path, corpus_dir: Path, mirror: Path) -> str:
+def run(out: Path, corpus_dir: Path, mirror: Path, *extra: str) -> str:
     env = dict(os.environ, CONTAMRAY_LOG="INFO")
     env.pop("RAY_ADDRESS", None)
-    args = [sys.executable, "-m", "contamray.run", *overrides(corpus_dir, mirror), f"hydra.run.dir={out}"]
+    args = [sys.executable, "-m", "contamray.run", *overrides(corpus_dir, mirror), *extra, f"hydra.run.dir={out}"]
     proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
@@ -72,10 +72,10 @@ def plant(record) -> str:
     return f"{FILLER}\n{record.input}\n{record.label}\n{FILLER}"
 
 
-def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: Path, mirror_dir: Path, gsm8k_rows):
-    corpus = tmp_path / "corpus"
+def bad_corpus(corpus: Path, r: list) -> Path:
+    """Rows 0-2 of ``r`` planted in three files, beside a broken line, invalid UTF-8, a row without ``text`` and
+    a gzip file cut short (row 3 planted after the cut)."""
     corpus.mkdir()
-    r = gsm8k_rows
     (corpus / "a.jsonl").write_bytes(doc("a-0", FILLER) + doc("a-1", plant(r[0])))
     (corpus / "b.jsonl").write_bytes(
         b'{"id": "b-0", "text": "no closing brace\n'
@@ -87,7 +87,12 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     head = gz.compress(doc("c-0", plant(r[2]))) + gz.flush(zlib.Z_FULL_FLUSH)
     tail = gz.compress(doc("c-1", plant(r[3])) * 50) + gz.flush(zlib.Z_FULL_FLUSH)
     (corpus / "c.jsonl.gz").write_bytes(head + tail[: len(tail) // 2])
+    return corpus
 
+
+def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: Path, mirror_dir: Path, gsm8k_rows):
+    corpus = bad_corpus(tmp_path / "corpus", gsm8k_rows)
+    r = gsm8k_rows
     out = tmp_path / "run"
     log = run(out, corpus, mirror_dir)
     skipped = [json.loads(line) for line in (out / "corpus_errors.jsonl").read_text().splitlines()]
@@ -122,3 +127,24 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     examples = pd.read_parquet(out / "examples.parquet")
     found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
     assert found == {r[0].id, r[1].id, r[2].id, r[4].id}
+
+
+def test_match_actors_reading_their_own_files_give_what_read_tasks_feed_them(
+    tmp_path: Path, mirror_dir: Path, gsm8k_rows
+):
+    """``ray.corpus_read``: actors (each match actor reads whole files, the default) and tasks (Ray Data read
+    tasks parse the files into blocks any actor matches) find the same documents and report the same bad rows,
+    the files of a pass spread over two actors here (``ray.corpus_files_per_pass=3``)."""
+    corpus = bad_corpus(tmp_path / "corpus", gsm8k_rows)
+    for mode in ("actors", "tasks"):
+        run(tmp_path / mode, corpus, mirror_dir, f"ray.corpus_read={mode}", "ray.corpus_files_per_pass=3",
+            "ray.match_concurrency=2")  # fmt: skip
+    actors, tasks = tmp_path / "actors", tmp_path / "tasks"
+    assert (actors / "partitions.parquet").read_bytes() == (tasks / "partitions.parquet").read_bytes()
+    assert (actors / "corpus_errors.jsonl").read_text() == (tasks / "corpus_errors.jsonl").read_text()
+    assert len((actors / "corpus_errors.jsonl").read_text().splitlines()) == 4
+    wall_clock = ["engine_seconds"]
+    a = pd.read_parquet(actors / "examples.parquet").drop(columns=wall_clock).sort_values("record_id")
+    t = pd.read_parquet(tasks / "examples.parquet").drop(columns=wall_clock).sort_values("record_id")
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), t.reset_index(drop=True))
+    assert set(a.loc[a["contaminated"].astype(bool), "record_id"]) == {r.id for r in gsm8k_rows[:3]}

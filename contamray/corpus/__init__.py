@@ -12,6 +12,7 @@ from contamray.corpus.readers import (
     iter_documents,
     parse_hub_uri,
     read_corpus,
+    read_listed_file,
     resolve_paths,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "iter_documents",
     "parse_hub_uri",
     "read_corpus",
+    "read_listed_file",
     "resolve_paths",
 ]

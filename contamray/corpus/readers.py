@@ -4,7 +4,9 @@ Two entry points over the same parsers, so both give the same documents with the
 
 - ``read_corpus(paths, ...) -> ray.data.Dataset``: files are read in parallel by Ray Data read tasks
   (one custom ``FileBasedDatasource`` per format), streamed block by block, never loaded whole;
-- ``iter_documents(paths, ...)``: a plain generator for use without Ray (tests, small corpora).
+- ``iter_documents(paths, ...)``: a plain generator for use without Ray (tests, small corpora);
+  ``read_listed_file(path, ...)`` the same for one file of a listing (what a match actor that reads its
+  own files calls).
 
 Paths: local files, directories (read recursively; names starting with ``.`` or ``_`` are skipped,
 as Ray does), globs (``*``, ``?``, ``[...]``; ``**`` for any depth) and URIs of any pyarrow
@@ -840,6 +842,26 @@ def read_corpus(
             )
         )
     return datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
+
+
+def read_listed_file(
+    path: str,
+    format: str = "auto",
+    text_field: str = "text",
+    id_field: str | None = None,
+    *,
+    text_mode: str = "file",
+    errors: str = "skip",
+    encoding: str = "utf-8",
+) -> Iterator[dict[str, str]]:
+    """The documents of one listed file (a path as ``file_listing`` gives it: absolute, or a URI), with the
+    ids and rows ``read_corpus`` gives them; a file gone since it was listed is reported, not raised."""
+    _options(format, text_field, id_field, text_mode, errors)
+    fs, inner, prefix = _fs_for(path)
+    fmt = format if format != "auto" else detect_format(inner)
+    opts = ReadOptions(fmt, text_field, id_field, text_mode, errors, encoding)
+    with _open(fs, inner, fmt) as source:
+        yield from _iter_file(source, prefix + inner, opts)
 
 
 def iter_documents(

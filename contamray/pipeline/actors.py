@@ -230,16 +230,22 @@ class MatchWorker:
         docs = [
             {"doc_id": str(d), "text": t if isinstance(t, str) else ""} for d, t in zip(batch["doc_id"], batch["text"])
         ]
+        if "error" in batch:  # the reader kept its bad rows (errors="keep"): they go to the driver, not to matching
+            for doc, error in zip(docs, batch["error"]):
+                doc["error"] = str(error or "")
+        return self.matched(docs)
+
+    def matched(self, docs: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """The output rows for a batch of documents (bad rows, with a non-empty ``error``, listed apart)."""
         cells: list[str] = []
         matches: list[bytes] = []
         seconds: list[float] = []
-        if "error" in batch:  # the reader kept its bad rows (errors="keep"): they go to the driver, not to matching
-            bad = [{"where": d["doc_id"], "error": str(e)} for d, e in zip(docs, batch["error"]) if e]
-            docs = [d for d, e in zip(docs, batch["error"]) if not e]
-            if bad:
-                cells.append(CORPUS_ERRORS)
-                matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
-                seconds.append(0.0)
+        bad = [{"where": d["doc_id"], "error": d["error"]} for d in docs if d.get("error")]
+        if bad:
+            docs = [d for d in docs if not d.get("error")]
+            cells.append(CORPUS_ERRORS)
+            matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
+            seconds.append(0.0)
         for cell_key, rows, spent in self.scanner(docs):
             cells.append(cell_key)
             matches.append(packed_by_record(rows) if rows else b"")
@@ -248,6 +254,43 @@ class MatchWorker:
             "cell": cells, "matches": matches, "seconds": seconds, "node": [self.node] * len(cells),
             "actor": [self.actor] * len(cells),
         }  # fmt: skip
+
+
+class FileMatchWorker(MatchWorker):
+    """A ``MatchWorker`` that reads its own files: its input rows are file paths (``path``, as the corpus
+    listing gives them), each read with the corpus readers (``read_listed_file``: the ids and bad-row
+    reports of ``read_corpus``) and matched in batches of ``batch_docs`` documents / about ``max_bytes``
+    bytes of text; one output batch (``MatchWorker``'s rows) per batch of documents, yielded as it is
+    matched. No read task parses the file into Arrow blocks that travel through the object store and are
+    turned back into Python strings: the actor parses and matches in one process, as a scan without Ray
+    does (``bench/open_data_scan.py``: ``ray_scan_efficiency``)."""
+
+    def __init__(
+        self,
+        indexes: list[tuple[str, str, str, dict[str, Any], Any]],
+        max_bytes: int = 16 << 20,
+        read: dict[str, Any] | None = None,
+        batch_docs: int = 256,
+    ) -> None:
+        super().__init__(indexes, max_bytes)
+        self.max_bytes = max_bytes
+        self.read = dict(read or {})
+        self.batch_docs = max(1, batch_docs)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:  # type: ignore[override]
+        from contamray.corpus import read_listed_file
+
+        for path in batch["path"]:
+            docs: list[dict[str, Any]] = []
+            size = 0
+            for doc in read_listed_file(str(path), errors="keep", **self.read):
+                docs.append(doc)
+                size += len(doc["text"])
+                if len(docs) >= self.batch_docs or size >= self.max_bytes:
+                    yield self.matched(docs)
+                    docs, size = [], 0
+            if docs:
+                yield self.matched(docs)
 
 
 def json_default(value: Any) -> Any:

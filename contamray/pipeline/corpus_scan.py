@@ -29,6 +29,7 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -41,9 +42,10 @@ from typing import Any
 
 import ray
 
+from contamray.corpus import is_hub_uri
 from contamray.corpus.fingerprint import file_listing
 from contamray.methods.base import Method
-from contamray.pipeline.actors import CORPUS_ERRORS, MatchWorker, record_parts
+from contamray.pipeline.actors import CORPUS_ERRORS, FileMatchWorker, MatchWorker, record_parts
 from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import RESULTS_VERSION, Cell, Plan
 from contamray.pipeline.progress import Progress
@@ -301,39 +303,28 @@ def _stream(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
     """One Ray Data stream over ``shard``'s files for ``cells``, matched by actors holding one CPU and ``share``
     of a GPU (0: CPU actors, kept off GPU nodes when the cluster has CPU-only ones)."""
-    from contamray.corpus import read_corpus
-
     low = max(1, int(plan.ray.get("match_concurrency", 1)))
     ceiling = plan.ray.get("match_concurrency_max") or ray.cluster_resources().get("CPU", low)
     if share:
         ceiling = min(int(ceiling), max(1, int(ray.cluster_resources().get("GPU", 0) / share)))
         low = min(low, ceiling)
     high = max(low, int(ceiling))
-    ds = read_corpus(
-        list(shard.paths),
-        format=corpus.get("format", "auto"),
-        text_field=corpus.get("text_field", "text"),
-        id_field=corpus.get("id_field"),
-        errors="keep",  # bad rows travel to the driver, which lists them (a worker's log can be lost)
-        # readers take a fraction of a CPU, so match actors holding every CPU cannot starve them
-        ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
-    )
-    max_bytes = int(plan.ray.get("corpus_batch_bytes", DEFAULT_BATCH_BYTES))
     indexes = [
         (sc.cell.key, sc.cell.method, plan.methods[sc.cell.method].method_name, plan.methods[sc.cell.method].params,
          sc.index_ref)
         for sc in cells
     ]  # fmt: skip
     placement: dict[str, Any] = {"num_gpus": share} if share else cpu_work_options()
-    matched = ds.map_batches(
-        MatchWorker,
-        # a worker matches a batch in pieces of about corpus_batch_bytes of text: its memory follows the bytes
-        fn_constructor_kwargs={"indexes": indexes, "max_bytes": max_bytes},
-        compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
-        batch_size=int(plan.ray.get("corpus_batch_size", 256)),
-        batch_format="numpy",
-        num_cpus=1,
-        **placement,
+    matched = matched_stream(
+        list(shard.paths),
+        corpus,
+        indexes,
+        low,
+        high,
+        read_by=reader_of(plan, shard),
+        batch_docs=int(plan.ray.get("corpus_batch_size", 256)),
+        max_bytes=int(plan.ray.get("corpus_batch_bytes", DEFAULT_BATCH_BYTES)),
+        placement=placement,
     )
     by_key = {sc.cell.key: sc for sc in cells}
     folds: dict[str, _Folding] = defaultdict(_Folding)
@@ -358,6 +349,78 @@ def _stream(
         _fold_into(sc, folds[key], [], final=True)
         out[key] = {"matches": folds[key], "seconds": seconds[key], "errors": errors}
     return out, dict(workers)
+
+
+def reader_of(plan: Plan, shard: Shard) -> str:
+    """Who reads a pass's files: ``ray.corpus_read`` (``actors``, the default: each match actor reads whole
+    files; ``tasks``: Ray Data read tasks feed the actors blocks) - a hub dataset is always read by tasks."""
+    return "tasks" if any(is_hub_uri(path) for path in shard.paths) else str(plan.ray.get("corpus_read") or "actors")
+
+
+def matched_stream(
+    paths: list[str],
+    corpus: dict[str, Any],
+    indexes: list[tuple[str, str, str, dict[str, Any], Any]],
+    low: int,
+    high: int,
+    *,
+    read_by: str = "actors",
+    batch_docs: int = 256,
+    max_bytes: int = DEFAULT_BATCH_BYTES,
+    placement: dict[str, Any] | None = None,
+) -> ray.data.Dataset:
+    """The match actors' output over ``paths`` (``MatchWorker`` rows), from an autoscaling pool of
+    ``low`` .. ``high`` actors, each holding one CPU (and ``placement``'s resources).
+
+    ``read_by="actors"``: one input row per file, each read and matched by one ``FileMatchWorker`` (the
+    pool never grows past the number of files); ``"tasks"``: Ray Data read tasks (a quarter CPU each,
+    so match actors holding every CPU cannot starve them) parse the files into blocks of documents that
+    any actor matches, in batches of ``batch_docs`` documents - more parallel within a single large file,
+    at the cost of moving every document through the object store; the pool leaves a CPU to the readers."""
+    from contamray.corpus import read_corpus
+
+    options = {"format": corpus.get("format", "auto"), "text_field": corpus.get("text_field", "text"),
+               "id_field": corpus.get("id_field")}  # fmt: skip
+    placement = cpu_work_options() if placement is None else placement
+    if read_by == "actors":
+        high = max(1, min(high, len(paths)))
+        files = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, len(paths)))
+        # one file in flight per actor (below), so the pool grows once every actor is busy while files wait: Ray
+        # Data's default threshold (1.75 tasks per actor) needs tasks queued on actors, which never happens here
+        files.context.autoscaling_config = dataclasses.replace(
+            files.context.autoscaling_config, actor_pool_util_upscaling_threshold=1.0
+        )
+        return files.map_batches(
+            FileMatchWorker,
+            fn_constructor_kwargs={"indexes": indexes, "max_bytes": max_bytes, "read": options,
+                                   "batch_docs": batch_docs},  # fmt: skip
+            # one file at a time per actor: a file queued behind another on a busy actor would wait there while
+            # an actor the pool just added sits idle
+            compute=ray.data.ActorPoolStrategy(min_size=min(low, high), max_size=high, max_tasks_in_flight_per_actor=1),
+            batch_size=1,
+            batch_format="numpy",
+            num_cpus=1,
+            **placement,
+        )
+    # read tasks need a quarter CPU each: a pool holding every CPU of the cluster would wait for them forever
+    high = max(1, min(high, int(ray.cluster_resources().get("CPU", 2)) - 1))
+    low = min(low, high)
+    ds = read_corpus(
+        paths,
+        **options,
+        errors="keep",  # bad rows travel to the driver, which lists them (a worker's log can be lost)
+        ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
+    )
+    return ds.map_batches(
+        MatchWorker,
+        # a worker matches a batch in pieces of about max_bytes of text: its memory follows the bytes
+        fn_constructor_kwargs={"indexes": indexes, "max_bytes": max_bytes},
+        compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
+        batch_size=batch_docs,
+        batch_format="numpy",
+        num_cpus=1,
+        **placement,
+    )
 
 
 def _blobs(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, bytes, float]]:

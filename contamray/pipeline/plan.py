@@ -273,6 +273,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         ray=dict(c.get("ray") or {}),
         serve=dict(c.get("serve") or {}),
     )
+    read_by = plan.ray.get("corpus_read") or "actors"
+    if read_by not in ("actors", "tasks"):
+        raise ConfigError(f"ray.corpus_read: {read_by!r} is not one of actors (each match actor reads whole files), "
+                          "tasks (Ray Data read tasks feed the match actors)")  # fmt: skip
     closed = plan.closed_methods()
     if closed and not models:
         raise ConfigError(
