@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import ray
 from ray.util.state import list_actors
 
 from contamray.benchmarks import load_records
+from contamray.pipeline.placement import cpu_work_cpus
 from contamray.pipeline.plan import build_plan
 from contamray.pipeline.runner import load_benchmarks
 from contamray.run import run
@@ -86,8 +88,10 @@ def test_embedding_matching_runs_on_gpu_actors_and_equals_cpu_matching(ray_clust
     cpu.ray.match_gpu_share = 0  # every method on CPU actors
     run(cpu)
 
+    cpus = ray.cluster_resources()["CPU"]
     gpu_node = ray_cluster.add_node(num_cpus=2, num_gpus=1)
     ray_cluster.wait_for_nodes()
+    assert cpu_work_cpus() == cpus  # the default match pool ceiling: the CPU actors' CPUs, not the GPU node's
     before = set(match_actors())
     run(config(tmp_path / "gpu", corpus, mirror_dir, pool=(1, 2), methods=methods))  # match_gpu_share: 0.25
     actors = list_actors(detail=True, limit=10_000, raise_on_missing_output=False)

@@ -46,7 +46,7 @@ from contamray.corpus import is_hub_uri
 from contamray.corpus.fingerprint import file_listing
 from contamray.methods.base import Method
 from contamray.pipeline.actors import CORPUS_ERRORS, FileMatchWorker, MatchWorker, record_parts
-from contamray.pipeline.placement import cpu_work_options
+from contamray.pipeline.placement import cpu_work_cpus, cpu_work_options
 from contamray.pipeline.plan import RESULTS_VERSION, Cell, Plan
 from contamray.pipeline.progress import Progress
 from contamray.pipeline.store import ResultStore
@@ -304,7 +304,10 @@ def _stream(
     """One Ray Data stream over ``shard``'s files for ``cells``, matched by actors holding one CPU and ``share``
     of a GPU (0: CPU actors, kept off GPU nodes when the cluster has CPU-only ones)."""
     low = max(1, int(plan.ray.get("match_concurrency", 1)))
-    ceiling = plan.ray.get("match_concurrency_max") or ray.cluster_resources().get("CPU", low)
+    # by default as many actors as the CPUs they may use: CPU actors stay off GPU nodes when there are others
+    ceiling = plan.ray.get("match_concurrency_max") or (
+        ray.cluster_resources().get("CPU", low) if share else cpu_work_cpus() or low
+    )
     if share:
         ceiling = min(int(ceiling), max(1, int(ray.cluster_resources().get("GPU", 0) / share)))
         low = min(low, ceiling)
@@ -402,8 +405,8 @@ def matched_stream(
             num_cpus=1,
             **placement,
         )
-    # read tasks need a quarter CPU each: a pool holding every CPU of the cluster would wait for them forever
-    high = max(1, min(high, int(ray.cluster_resources().get("CPU", 2)) - 1))
+    # read tasks need a quarter CPU each: a pool holding every CPU it may use would wait for them forever
+    high = max(1, min(high, int(cpu_work_cpus() or 2) - 1))
     low = min(low, high)
     ds = read_corpus(
         paths,

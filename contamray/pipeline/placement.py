@@ -61,6 +61,16 @@ def reserve_engine_pools(plan: Plan, timeout_s: float = 60.0) -> list[PoolPlacem
     return placements
 
 
+def cpu_work_cpus() -> float:
+    """The CPUs CPU work may use: those of CPU-only nodes when ``cpu_work_options`` keeps it off GPU nodes,
+    else every CPU of the cluster."""
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    cpu_only = [n["Resources"].get("CPU", 0) for n in alive if not n.get("Resources", {}).get("GPU")]
+    if cpu_work_options() and cpu_only:
+        return float(sum(cpu_only))
+    return float(ray.cluster_resources().get("CPU", 0))
+
+
 def cpu_work_options() -> dict[str, Any]:
     """Ray options (``label_selector``) that keep a CPU actor or task off GPU nodes; ``{}`` when the
     cluster has no CPU-only node to put it on."""
