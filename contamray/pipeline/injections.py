@@ -144,12 +144,11 @@ def finetune_task(job: TrainJob, cache_dir: str | None, publish_to: str | None) 
     into this node's cache (or found there), published to ``publish_to``; returns (node id, local path,
     manifest)."""
     import ray
-    import torch
 
     from contamray.inject.prepare import train_injected
+    from contamray.ray_threads import limit_torch_threads
 
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    torch.set_num_threads(max(1, int(cpus)))
+    limit_torch_threads()
     injected = train_injected(job, cache_dir or injection_cache_dir())
     if publish_to:
         publish_dir(injected.path, publish_to)
