@@ -84,6 +84,28 @@ def destination(root: str | None, output_dir: str | Path) -> str | None:
     return f"{str(root).rstrip('/')}/{relative.as_posix()}"
 
 
+def check_uris(run_cfg: Any) -> None:
+    """Refuse, before any work, a ``run.output_root`` / ``cells_uri`` / ``artifacts_uri`` URI whose
+    filesystem fsspec cannot load (an unknown scheme, or its package not installed): otherwise the first
+    stored cell would fail, after the first cells were computed."""
+    import fsspec
+
+    from contamray.pipeline.plan import ConfigError
+
+    for key in ("output_root", "cells_uri", "artifacts_uri"):
+        value = run_cfg.get(key)
+        if not value or not is_uri(str(value)):
+            continue
+        protocol = str(value).split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except (ImportError, ValueError) as err:
+            raise ConfigError(
+                f"run.{key}: {value!r} is on a filesystem fsspec cannot open here ({err}); install its "
+                f"package (s3://: s3fs, gs://: gcsfs, az://: adlfs) or use a local path"
+            ) from None
+
+
 def check_job_output(run_cfg: Any, output_dir: Path) -> None:
     """Under a Ray Job with no root set, refuse a cluster of more than one node: the results would sit on
     whichever node ran the driver."""

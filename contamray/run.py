@@ -64,6 +64,7 @@ def run(cfg: DictConfig) -> Path:
     log.info("plan: %d cells (%d skipped: the method does not apply), engine pools: %s", len(plan.cells),
              len(plan.skipped),
              ", ".join(f"{p.name}({p.backend}, gpus={p.num_gpus}, x{p.concurrency})" for p in plan.engine_pools()))
+    output_root.check_uris(cfg.run)
     init_ray(plan.ray)
     output_root.check_job_output(cfg.run, output_dir)
     remote = output_root.destination(cfg.run.get("output_root"), output_dir)

@@ -628,3 +628,17 @@ def test_api_bodies_of_the_wrong_shape_are_refused_field_by_field():
         assert field in {".".join(str(p) for p in e["loc"]) for e in err.value.errors()}, (body, err.value)
     with pytest.raises(ValidationError):
         JobIn.model_validate({"models": ["m"], "benchmarks": ["b"], "methods": ["x"], "overrides": "run.limit=1"})
+
+
+def test_a_result_uri_on_a_filesystem_fsspec_cannot_open_is_refused_before_any_work_naming_the_key():
+    """``run.output_root`` / ``cells_uri`` / ``artifacts_uri`` on an unknown scheme, or one whose package is not
+    installed, stop the run before Ray starts (before: the first stored cell failed, after the first cells)."""
+    from omegaconf import OmegaConf
+
+    from contamray.output_root import check_uris
+
+    with pytest.raises(ConfigError, match=r"run.cells_uri: 'nosuch://bucket/cells' .*Protocol not known.*local path"):
+        check_uris(OmegaConf.create({"output_root": "outputs", "cells_uri": "nosuch://bucket/cells"}))
+    with pytest.raises(ConfigError, match=r"run.output_root: 'hdfsx://h/x'"):
+        check_uris({"output_root": "hdfsx://h/x"})
+    check_uris({"output_root": "file:///tmp/x", "cells_uri": "memory://cells", "artifacts_uri": None})
