@@ -251,8 +251,12 @@ def test_reduce_tests_against_the_heldout_and_reports_the_papers_range() -> None
     assert v.details["reference_dcq"]["non_preferred"] == list("BCD") and v.details["reference_dcq"]["upper"] == 0.0
     assert "paper's range [100%, 100%] of 20" in v.details["summary"]
     # the same original choices on both sides: clean, though the paper's range says 100 % (BDQ said E)
-    same = method.reduce(pd.DataFrame(_rows([1] * 20, seen, False) + ref), cfg)
+    mixed = [4] * 6 + [1] * 14
+    same = method.reduce(pd.DataFrame(_rows(mixed, seen, False) + _rows(mixed, heldout, True, bdq="A")), cfg)
     assert same.decision == "clean" and same.rate == 1.0
+    # one share on every row of both sides: no assignment of them could be significant
+    tied = method.reduce(pd.DataFrame(_rows([1] * 20, seen, False) + ref), cfg)
+    assert tied.decision == "inconclusive" and "the original never chosen on either side" in tied.reason
     alone = method.reduce(pd.DataFrame(own), method.make_config({}))
     assert alone.decision == "inconclusive" and "reference" in alone.reason
     assert alone.details["dcq"]["upper"] == 1.0 and alone.details["reference_dcq"] is None

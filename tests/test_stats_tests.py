@@ -245,3 +245,28 @@ def test_shard_permutation_flags_a_preferred_canonical_order():
     rng = np.random.default_rng(1)
     orderings = [np.r_[0.0, -0.5 - rng.random(10)] for _ in range(5)]  # canonical best in every shard
     assert shard_permutation_test(orderings).p_value == pytest.approx(1 / 11**5)
+
+
+def test_the_smallest_mann_whitney_p_the_pooled_values_allow():
+    """Without ties 1 / C(n_x + n_y, n_x); with ties the share of assignments reaching the largest U; 1 when every
+    value is equal. Checked against enumerating every assignment of the pooled values."""
+    import itertools
+    import math
+
+    from contamray.stats.tests import mann_whitney_min_p
+
+    assert mann_whitney_min_p([3, 2, 1], [0, -1, -2]) == pytest.approx(1 / math.comb(6, 3))
+    assert mann_whitney_min_p([0] * 20, [0] * 20) == 1.0
+    assert mann_whitney_min_p([1] + [0] * 19, [0] * 20) == pytest.approx(math.comb(39, 19) / math.comb(40, 20))
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        n_x, n_y = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        pooled = rng.integers(0, 3, n_x + n_y).astype(float)
+        us = []
+        for chosen in itertools.combinations(range(n_x + n_y), n_x):
+            x = pooled[list(chosen)]
+            y = np.delete(pooled, list(chosen))
+            us.append(sum((a > b) + 0.5 * (a == b) for a in x for b in y))
+        best = max(us)
+        expected = sum(u == best for u in us) / len(us)
+        assert mann_whitney_min_p(pooled[:n_x], pooled[n_x:]) == pytest.approx(expected)

@@ -176,8 +176,14 @@ def test_reduce_compares_exact_matches_with_the_heldout_partition() -> None:
     assert v.details["reference_rate"] == pytest.approx(0.05) and "exact match 60% of 20 vs 5% of 20" in (
         v.details["summary"]
     )
-    same = method.reduce(pd.DataFrame(_rows(2, 20, seen, False) + _rows(2, 20, heldout, True)), cfg)
-    assert same.decision == "clean" and same.rate == pytest.approx(0.1)
+    same = method.reduce(pd.DataFrame(_rows(3, 20, seen, False) + _rows(3, 20, heldout, True)), cfg)
+    assert same.decision == "clean" and same.rate == pytest.approx(0.15)
+    # 4 hits among 40 rows: even all 4 on the partition's side give p = C(36, 16) / C(40, 20) = 0.053 > alpha
+    few_hits = method.reduce(pd.DataFrame(_rows(2, 20, seen, False) + _rows(2, 20, heldout, True)), cfg)
+    assert few_hits.decision == "inconclusive" and "0.053 > alpha 0.05" in few_hits.reason
+    none = method.reduce(pd.DataFrame(_rows(0, 20, seen, False) + _rows(0, 20, heldout, True)), cfg)
+    assert none.decision == "inconclusive" and "1 distinct score value(s)" in none.reason
+    assert "no masked word guessed on either side" in none.reason
     alone = method.reduce(pd.DataFrame(_rows(12, 20, seen, False)), method.make_config({}))
     assert alone.decision == "inconclusive" and "reference" in alone.reason and alone.rate == pytest.approx(0.6)
     few = method.reduce(pd.DataFrame(_rows(5, 5, seen, False) + _rows(0, 5, heldout, True)), cfg)

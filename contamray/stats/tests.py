@@ -275,6 +275,24 @@ def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | n
     )
 
 
+def mann_whitney_min_p(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """The smallest one-sided p (``x`` larger) any assignment of the pooled values to the two sides could give,
+    under the permutation distribution that conditions on those values: the ``n_x`` largest on the ``x`` side,
+    C(b, n_x - a) of the C(n_x + n_y, n_x) equally likely assignments reaching that U (``a`` values above the
+    ``n_x``-th largest, ``b`` equal to it). 1 / C(n_x + n_y, n_x) without ties; 1 when every value is equal
+    (e.g. nothing guessed on either side): then no outcome of the test could be significant."""
+    xs = _finite(x, "mann_whitney_min_p: x")
+    ys = _finite(y, "mann_whitney_min_p: y")
+    n_x = xs.size
+    if n_x == 0 or ys.size == 0:
+        return 1.0
+    pooled = np.sort(np.concatenate([xs, ys]))[::-1]
+    boundary = pooled[n_x - 1]
+    above = int(np.sum(pooled > boundary))
+    equal = int(np.sum(pooled == boundary))
+    return math.comb(equal, n_x - above) / math.comb(pooled.size, n_x)
+
+
 def _labels(labels: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
     lab = np.asarray(labels, dtype=object)
     if lab.shape != (n,):

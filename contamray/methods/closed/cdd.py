@@ -205,6 +205,7 @@ class CDD(HeldoutTest):
         membership="peakedness",
     )
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+    tie_hint = "no sample close to the greedy output"
 
     def requests(self, records: list[Record], cfg: Config, stage: int, outputs: dict[str, Output]) -> list[Request]:
         if stage > 0:

@@ -427,6 +427,7 @@ class DCQ(HeldoutTest):
         membership="score",
     )  # fmt: skip
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+    tie_hint = "the original never chosen"
 
     def engine_roles_for(self, cfg: DCQConfig) -> tuple[str, ...]:
         return ("target", "judge") if cfg.judge else ("target",)

@@ -84,7 +84,7 @@ from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verd
 from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
 from contamray.records import Record
 from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
-from contamray.stats.tests import describe, mann_whitney_greater, roc_auc, tpr_at_fpr
+from contamray.stats.tests import describe, mann_whitney_greater, mann_whitney_min_p, roc_auc, tpr_at_fpr
 
 MODES = ("heldout", "distribution")
 NULLS = {
@@ -163,6 +163,7 @@ class HeldoutTest(Method):
 
     family = "closed"
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+    tie_hint: ClassVar[str] = "one score for every unit"  # what all-tied scores mean, for the inconclusive reason
 
     # plan checks ---------------------------------------------------------------
     def check_reference(self, cfg: HeldoutConfig, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
@@ -322,13 +323,22 @@ class HeldoutTest(Method):
         units = main.get("units") or {}
         u1 = (units.get("partition") or {}).get("n_units", n1)
         u2 = (units.get("reference") or {}).get("n_units", n2)
+        what = "rows" if (u1, u2) == (n1, n2) else f"sampling units ({units['partition']['how']})"
         smallest = min_p_value(u1, u2)
         if smallest > cfg.alpha:
-            what = "rows" if (u1, u2) == (n1, n2) else f"sampling units ({units['partition']['how']})"
             return (
                 f"with {u1} and {u2} {what} the smallest one-sided Mann-Whitney p is 1 / C({u1 + u2}, {u1}) = "
                 f"{smallest:.3g} > alpha {cfg.alpha}: no ranking could reach it; add rows (or draw both sides with "
                 "sample: random, whose rows are independent units) or raise alpha"
+            )
+        tied = main.get("min_p_value", smallest)
+        if tied > cfg.alpha:
+            distinct = main.get("distinct_values")
+            return (
+                f"the {u1} and {u2} {what} take {distinct} distinct score value(s) between them (ties, e.g. "
+                f"{self.tie_hint} on either side): the smallest one-sided p any assignment of these scores to the two "
+                f"sides could give is {tied:.3g} > alpha {cfg.alpha}, so no outcome could be significant; add rows, "
+                "or raise alpha"
             )
         return ""
 
@@ -471,7 +481,8 @@ def _test_column(
         b = unit_means([v for _, v in theirs], units[1])
         test = mann_whitney_greater(a, b)
         result.update(p_value=test.p_value, auc_vs_reference=test.detail["auc"], mann_whitney_u=test.statistic,
-                      units={"partition": units[0].to_dict(), "reference": units[1].to_dict()})  # fmt: skip
+                      units={"partition": units[0].to_dict(), "reference": units[1].to_dict()},
+                      min_p_value=mann_whitney_min_p(a, b), distinct_values=len(set(a) | set(b)))  # fmt: skip
         if len(a) != len(mine) or len(b) != len(theirs):
             rows_test = mann_whitney_greater([v for _, v in mine], [v for _, v in theirs])
             result["rows_auc_vs_reference"] = rows_test.detail["auc"]

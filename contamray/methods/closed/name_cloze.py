@@ -191,6 +191,7 @@ class NameCloze(GreedyProbe):
         score="exact_match", score_label="masked name guessed exactly (1) or not (0)", membership="exact_match"
     )
     applies: ClassVar[Applies] = Applies(tasks=PASSAGE_TASKS, min_rows=MIN_ROWS)
+    tie_hint = "no masked name guessed"
 
     def probe(self, record: Record, cfg: NameClozeConfig) -> Cloze:
         return probe(record, cfg)

@@ -277,6 +277,7 @@ class _TSGuessing(GreedyProbe):
     family = "closed"
     engine_roles = ("target",)
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
+    tie_hint = "no masked word guessed"
     key_suffix = "ts_guessing"
     extra_columns: ClassVar[tuple[str, ...]] = ()
 
@@ -361,6 +362,7 @@ class TSGuessingMC(_TSGuessing):
         membership="exact_match",
     )
     applies = Applies(needs_choices=True, min_rows=MIN_ROWS)
+    tie_hint = "no masked option reproduced"
     extra_columns = ("rouge_l", "masked_letter", "correct_option")
 
     def probe(self, record: Record, cfg: TSGuessingMCConfig) -> Probe:
