@@ -60,7 +60,11 @@ The decision is three-valued. ``inconclusive`` (with a reason naming what to set
 reference rows (no ``reference`` for this benchmark, or the partition is itself a reference: the
 yardstick is never tested), when the reference rows come from another benchmark in ``heldout`` mode,
 when either side has fewer than ``applies.min_rows`` scored rows, or when even the most extreme ranking
-could not reach ``alpha`` (the smallest one-sided p with n1, n2 units is ``1 / C(n1 + n2, n1)``).
+could not reach ``alpha`` (the smallest one-sided p with n1, n2 units is ``1 / C(n1 + n2, n1)``), or when
+the scores are so tied that no assignment of them to the two sides could (``details["min_p_value"]``,
+``stats.tests.mann_whitney_min_p``, conditioning on the pooled scores as the permutation test does: with
+exact-match scores, 20 rows a side and 4 hits in all, even all 4 on the partition's side give p = 0.053; with
+none, p = 1) - "clean" there would only say that the test could not have flagged anything.
 ``min_rows`` = 10 a side: by Noether's formula (Noether, JASA 1987), 80 % power at alpha = 0.05 for an AUC of 0.8 needs
 about 12 rows a side (0.75: 17), so fewer rows can only find blatant contamination. Otherwise
 ``contaminated`` when p <= ``alpha``, else ``clean``. Every column of ``score_columns`` (e.g. each k
