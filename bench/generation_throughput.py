@@ -23,6 +23,7 @@ Timings are wall clock on whatever else the machine is doing; run it on a quiet 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import time
 from pathlib import Path
@@ -35,29 +36,44 @@ def generated_tokens(outputs: list) -> int:
     return sum(len(ids) for out in outputs for ids in out.token_ids)
 
 
-def contamray_path(engine, method, cfg, records) -> tuple[float, int, object]:
-    """The method's requests answered as a replica answers a batch; (seconds, generated tokens, verdict)."""
+def contamray_path(engine, method, cfg, records, chunk: int) -> tuple[float, int, object]:
+    """The method's requests answered as a replica answers batches of ``chunk`` examples (the engine's batch
+    size: the greedy prompts of a chunk in one padded batch, each sampled request one call drawing its samples
+    together); (seconds, generated tokens, rows)."""
     from contamray.pipeline.actors import answer_requests
+    from contamray.pipeline.progress import Progress
 
-    start = time.perf_counter()
-    requests = method.requests(records, cfg, 0, {})
-    outputs = answer_requests(engine, requests)
+    start, outputs = time.perf_counter(), []
+    with Progress("contamray path", len(records), unit="rows") as progress:
+        for i in range(0, len(records), chunk):
+            part = answer_requests(engine, method.requests(records[i : i + chunk], cfg, 0, {}))
+            outputs += part
+            progress.update(len(records[i : i + chunk]), generated_tokens(part))
     rows = method.score(records, {o.key: o for o in outputs}, cfg)
     seconds = time.perf_counter() - start
     return seconds, generated_tokens(outputs), rows
 
 
+def generated(completions: list) -> int:
+    """Tokens generated over every sample of the completions of one engine call."""
+    return sum(len(ids) for c in completions for ids in c.sample_ids)
+
+
 def per_request_loop(engine, prompts: list[str], cfg) -> tuple[float, int]:
     """51 single-sample calls per prompt on the same engine: (seconds, generated tokens)."""
     from contamray.engines.wire import Sampling
+    from contamray.pipeline.progress import Progress
 
     greedy = Sampling(max_tokens=cfg.max_tokens, temperature=0.0)
     start, tokens = time.perf_counter(), 0
-    for prompt in prompts:
-        for k in range(cfg.n_samples):
-            sampling = Sampling(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + k)
-            tokens += sum(len(ids) for c in engine.complete([prompt], sampling, chat=cfg.chat) for ids in c.sample_ids)
-        tokens += sum(len(ids) for c in engine.complete([prompt], greedy, chat=cfg.chat) for ids in c.sample_ids)
+    with Progress("per-request loop", len(prompts), unit="rows") as progress:
+        for prompt in prompts:
+            before = tokens
+            for k in range(cfg.n_samples):
+                sampling = Sampling(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + k)
+                tokens += generated(engine.complete([prompt], sampling, chat=cfg.chat))
+            tokens += generated(engine.complete([prompt], greedy, chat=cfg.chat))
+            progress.update(1, tokens - before)
     return time.perf_counter() - start, tokens
 
 
@@ -76,6 +92,7 @@ def main() -> None:
                         help="prompts through the chat template (CDD's chat: true; the embedded model is an instruct "
                         "model, which ends a raw question's continuation after a few tokens)")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # progress lines
 
     from contamray.benchmarks import load_records
     from contamray.engines import resolve_model_path
@@ -91,8 +108,8 @@ def main() -> None:
           f"({engine.dtype}); {len(records)} rows of {args.benchmark}; {cfg.n_samples} samples at T "
           f"{cfg.temperature} + 1 greedy per row, <= {cfg.max_tokens} tokens each, chat={cfg.chat}")  # fmt: skip
 
-    contamray_path(engine, method, cfg, records[:1])  # warm-up
-    t_ours, n_ours, rows = contamray_path(engine, method, cfg, records)
+    contamray_path(engine, method, cfg, records[:1], args.batch_size)  # warm-up
+    t_ours, n_ours, rows = contamray_path(engine, method, cfg, records, args.batch_size)
     loop_rows = records[: args.loop_rows or len(records)]
     prompts = [r.input for r in loop_rows]
     per_request_loop(engine, prompts[:1], method.make_config({"max_tokens": 4, "n_samples": 2, "chat": args.chat}))
