@@ -275,3 +275,26 @@ def test_grid_expands_one_model_per_duplication() -> None:
         grid_runs({**config, "validate": {**config["validate"], "injected": {"gsm8k": {}}}})
     with pytest.raises(ValueError, match=r"validate\.duplications"):
         grid_runs({**config, "validate": {**config["validate"], "duplications": [0]}})
+
+
+def test_a_heldout_read_from_the_tested_split_takes_its_truth_from_its_own_rows():
+    """ARC rows 0-19 half injected and rows 20-39 (``offset``) as their held-out: one partition string, two
+    benchmark keys; the held-out's cells are clean (none of their rows trained on), the tested block's
+    contaminated, whatever the runner wrote per partition."""
+    import pandas as pd
+
+    from contamray.validate.truth import _by_own_rows, reference_keys
+
+    part = "arc_challenge/ARC-Challenge/test"
+    parts = pd.DataFrame({
+        "model": ["m", "m"], "method": ["min_k", "min_k"], "benchmark": ["arc", "arc_heldout"],
+        "partition": [part, part], "truth": [True, True], "duplication": [5, 5], "kind": ["verbatim"] * 2,
+    })  # fmt: skip
+    examples = pd.DataFrame({
+        "model": ["m"] * 4, "method": ["min_k"] * 4, "benchmark": ["arc", "arc", "arc_heldout", "arc_heldout"],
+        "member": [True, False, False, False],
+    })  # fmt: skip
+    labelled = _by_own_rows(parts, examples)
+    assert list(labelled["truth"]) == [True, False] and list(labelled["duplication"]) == [5, 0]
+    assert list(labelled["kind"]) == ["verbatim", "clean"]
+    assert reference_keys({"methods": {"min_k": {"reference": {"arc": "arc_heldout"}}}}) == {"min_k": {"arc_heldout"}}

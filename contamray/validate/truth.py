@@ -12,8 +12,12 @@ Open-data cells (``corpus:<kind>``): the truth is the corpus's manifest, ``<run>
 or ``not_injected``; a partition is contaminated when any of its rows is. A files corpus without a
 manifest has no known truth (``truth`` stays empty and the cells are left out of the scores).
 
+A cell whose own rows are labelled (``member`` per example: the runner's, or the corpus manifest's by record
+id) takes its truth from them - contaminated when any of its rows is - since two benchmark keys may read one
+split (a held-out after the tested rows, ``offset``) and only one of them holds the injected rows.
+
 A method's own reference partitions (``methods.<label>.reference``, one key or a mapping benchmark ->
-key: the known-unseen partitions its test compares against, e.g. Min-K%'s held-out) cannot be judged by
+key: the known-unseen benchmarks its test compares against, e.g. Min-K%'s held-out) cannot be judged by
 that method - each is a yardstick, never tested - so their truth is left empty there (``role:
 reference``) and the scores skip them.
 
@@ -93,13 +97,19 @@ def reference_partitions(config: dict[str, Any]) -> dict[str, set[str]]:
     """Method label -> the partitions of its ``reference`` benchmarks (one key, or a mapping benchmark ->
     key), for methods that have one."""
     names = benchmark_partitions(config)
+    return {label: {names[k] for k in keys if k in names} for label, keys in reference_keys(config).items()}
+
+
+def reference_keys(config: dict[str, Any]) -> dict[str, set[str]]:
+    """Method label -> the benchmark keys of its ``reference`` (one key, or a mapping benchmark -> key). Keys,
+    not partitions: a held-out may be other rows of the very split it is held out from (``offset``)."""
     out = {}
     for label, spec in (config.get("methods") or {}).items():
         ref = (spec or {}).get("reference") if isinstance(spec, dict) else None
-        keys = list(ref.values()) if isinstance(ref, dict) else [ref] if ref else []
-        partitions = {names[k] for k in keys if isinstance(k, str) and k in names}
-        if partitions:
-            out[label] = partitions
+        given = list(ref.values()) if isinstance(ref, dict) else [ref] if ref else []
+        keys = {k for k in given if isinstance(k, str)}
+        if keys:
+            out[label] = keys
     return out
 
 
@@ -164,19 +174,42 @@ def label_run(output_dir: str | Path) -> LabelledRun:
     is_open = parts["model"].astype(str).str.startswith("corpus:")
     inj = injections(config)
     manifest = corpus_truth(folder)
+    examples = _label_examples(examples, inj, manifest)
+    examples["run"] = folder.name
     labelled = pd.concat(
         [_closed_labels(parts[~is_open], inj), _open_labels(parts[is_open], manifest)], ignore_index=False
     ).sort_index()
+    labelled = _by_own_rows(labelled, examples)
     labelled["family"] = ["open" if o else "closed" for o in is_open]
+    keys = labelled["benchmark"] if "benchmark" in labelled.columns else pd.Series([None] * len(labelled))
     labelled["benchmark"] = labelled["partition"].astype(str).str.split("/").str[0]
     labelled["run"] = folder.name
-    refs = reference_partitions(config)
-    is_ref = [str(p) in refs.get(str(m), set()) for m, p in zip(labelled["method"], labelled["partition"])]
+    refs, ref_partitions = reference_keys(config), reference_partitions(config)
+    is_ref = [
+        str(k) in refs.get(str(m), set()) if isinstance(k, str) else str(p) in ref_partitions.get(str(m), set())
+        for m, p, k in zip(labelled["method"], labelled["partition"], keys)
+    ]
     labelled["role"] = ["reference" if r else "" for r in is_ref]
     labelled["truth"] = [None if r else t for r, t in zip(is_ref, labelled["truth"])]
-    examples = _label_examples(examples, inj, manifest)
-    examples["run"] = folder.name
     return LabelledRun(output_dir=folder, config=config, partitions=labelled, examples=examples)
+
+
+def _by_own_rows(parts: pd.DataFrame, examples: pd.DataFrame) -> pd.DataFrame:
+    """A cell's truth from its own rows where they are labelled (``member``): contaminated when any of them
+    was trained on / is in the corpus. Two benchmark keys may read one split (a held-out after the tested rows,
+    ``offset``), so what was injected into a *partition* does not say which of them holds the injected rows."""
+    if "benchmark" not in parts.columns or "benchmark" not in examples.columns or examples.empty:
+        return parts
+    known = examples[examples["member"].notna()]
+    member_of = known.groupby(["model", "method", "benchmark"])["member"].agg(lambda s: bool(s.astype(bool).any()))
+    truth, dup, kind = list(parts["truth"]), list(parts["duplication"]), list(parts["kind"])
+    cells = zip(parts["model"].astype(str), parts["method"].astype(str), parts["benchmark"].astype(str))
+    for i, key in enumerate(cells):
+        if key in member_of.index and truth[i] is not None:
+            truth[i] = bool(member_of[key])
+            if not truth[i]:
+                dup[i], kind[i] = 0, "clean"
+    return parts.assign(truth=truth, duplication=dup, kind=kind)
 
 
 def _label_examples(
