@@ -416,7 +416,8 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
         progress.update(1)
         verdict.update(cost)
         if injections is not None and cell.family == "closed":
-            truth = injections.truth(cell.model, str(verdict.get("partition", "")))
+            own = table[~table["is_reference"].astype(bool)] if "is_reference" in table.columns else table
+            truth = injections.truth(cell.model, own["record_id"].astype(str)) if "record_id" in own.columns else None
             if truth is not None:
                 verdict["truth"] = truth
         store.put_verdict(cell, plan.cell_hash(cell), verdict)
