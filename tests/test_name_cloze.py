@@ -159,12 +159,8 @@ def test_reduce_compares_accuracy_with_the_heldout_partition() -> None:
     assert v.details["person_evidence_share"] == pytest.approx(0.5)
     same = method.reduce(pd.DataFrame(_rows(3, 20, seen, False) + _rows(3, 20, heldout, True)), cfg)
     assert same.decision == "clean" and same.rate == pytest.approx(0.15)
-    # 4 hits among 40 rows: even all 4 on the partition's side give p = C(36, 16) / C(40, 20) = 0.053 > alpha
-    few_hits = method.reduce(pd.DataFrame(_rows(2, 20, seen, False) + _rows(2, 20, heldout, True)), cfg)
-    assert few_hits.decision == "inconclusive" and "0.053 > alpha 0.05" in few_hits.reason
     none = method.reduce(pd.DataFrame(_rows(0, 20, seen, False) + _rows(0, 20, heldout, True)), cfg)
-    assert none.decision == "inconclusive" and "1 distinct score value(s)" in none.reason
-    assert "no masked name guessed on either side" in none.reason
+    assert none.decision == "inconclusive" and "no masked name guessed on either side" in none.reason  # ties
     alone = method.reduce(pd.DataFrame(_rows(12, 20, seen, False)), method.make_config({}))
     assert alone.decision == "inconclusive" and "reference" in alone.reason and alone.rate == pytest.approx(0.6)
 
