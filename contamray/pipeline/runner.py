@@ -407,17 +407,18 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
     for cell in cells:
         table = reduce_input(plan, cell, store)
         mp = plan.methods[cell.method]
-        pending.append((cell, cell_cost(table), reduce_task.remote(mp.method_name, mp.label, mp.params, table)))
+        own = table[~table["is_reference"].astype(bool)] if "is_reference" in table.columns else table
+        ids = list(own["record_id"].astype(str)) if "record_id" in own.columns else []
+        pending.append((cell, cell_cost(table), ids, reduce_task.remote(mp.method_name, mp.label, mp.params, table)))
     if not pending:
         return
     progress = Progress(f"reducing {_models_of(cells)}", len(pending), unit="cells")
-    for cell, cost, ref in pending:
+    for cell, cost, ids, ref in pending:
         verdict = ray.get(ref)
         progress.update(1)
         verdict.update(cost)
         if injections is not None and cell.family == "closed":
-            own = table[~table["is_reference"].astype(bool)] if "is_reference" in table.columns else table
-            truth = injections.truth(cell.model, own["record_id"].astype(str)) if "record_id" in own.columns else None
+            truth = injections.truth(cell.model, ids)  # the cell's own rows: was the model trained on any?
             if truth is not None:
                 verdict["truth"] = truth
         store.put_verdict(cell, plan.cell_hash(cell), verdict)
