@@ -1,6 +1,7 @@
 """The partition-level test every per-example score method shares: a held-out reference partition.
 
-Used by the membership scores (``membership_scores``), TS-Guessing (``ts_guessing``) and CDD (``cdd``):
+Used by the membership scores (``membership_scores``), TS-Guessing (``ts_guessing``), CDD (``cdd``), DCQ
+(``dcq``) and name cloze (``name_cloze``):
 each writes one ``score`` per example (higher = more likely seen) plus the sampling-unit columns of
 ``unit_columns``, declares a ``HeldoutConfig`` and inherits ``HeldoutTest``'s plan checks and ``reduce``.
 
