@@ -165,3 +165,18 @@ def test_short_documents_and_no_cut_point_stay_whole():
     small = {"doc_id": "b", "text": "a b c"}
     assert pieces.split_document(small, 100, window) == [small]
     assert [list(b) for b in pieces.batches([small, doc], 100, window)] == [[small, doc]]
+
+
+def test_batches_are_bounded_by_bytes_and_by_documents_and_read_streams_lazily():
+    docs = [{"doc_id": str(i), "text": "é" * 30} for i in range(7)]  # 60 UTF-8 bytes each
+    assert [len(b) for b in pieces.batches(docs, 100, None)] == [2, 2, 2, 1]  # a batch ends at >= 100 bytes
+    assert [len(b) for b in pieces.batches(docs, 10_000, None, max_docs=3)] == [3, 3, 1]
+    read: list[str] = []
+
+    def stream():
+        for doc in docs:
+            read.append(doc["doc_id"])
+            yield doc
+
+    first = next(pieces.batches(stream(), 10_000, None, max_docs=3))
+    assert [d["doc_id"] for d in first] == read == ["0", "1", "2"]  # nothing read past the first batch

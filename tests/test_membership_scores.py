@@ -381,6 +381,21 @@ def test_plan_refuses_a_cross_benchmark_reference_in_heldout_mode():
     assert [d.benchmark for d in plan.dependencies(cell)] == ["wg_train"]
 
 
+
+def test_blocks_of_one_split_may_overlap_unless_known_disjoint():
+    from contamray.methods.base import BenchmarkFacts
+    from contamray.methods.closed.heldout_test import _may_overlap
+
+    def block(limit: int | None, offset: int = 0, sample: str = "first") -> BenchmarkFacts:
+        return BenchmarkFacts("b", "winogrande", None, "validation", "multiple_choice", True, limit, sample, offset)
+
+    assert not _may_overlap(block(20), block(20, offset=20))  # rows 0-19 and 20-39
+    assert _may_overlap(block(20), block(20, offset=19))
+    assert _may_overlap(block(None, offset=30), block(20, offset=20))  # every row from 30 meets 20-39
+    assert not _may_overlap(block(None, offset=40), block(20, offset=20))  # ... not 20-39 from 40 on
+    assert _may_overlap(block(None, offset=40), block(None, offset=0))  # two open blocks always meet
+    assert _may_overlap(block(20, sample="random"), block(20, offset=500))  # a random draw may hold any row
+
 # ----------------------------------------------------------------------------- the detection test
 
 

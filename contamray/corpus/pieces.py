@@ -196,15 +196,18 @@ def piece_bounds(docs: Sequence[dict[str, Any]]) -> Bounds:
     return Bounds(base, lo, hi)
 
 
-def batches(docs: list[dict[str, Any]], max_bytes: int, window: Window | None) -> Iterator[list[dict[str, Any]]]:
-    """``docs`` cut into pieces (when ``window`` is given) and grouped in consecutive batches of about
-    ``max_bytes`` bytes of text: a batch ends with the document that reaches the bound."""
+def batches(
+    docs: Iterable[dict[str, Any]], max_bytes: int, window: Window | None, max_docs: int | None = None
+) -> Iterator[list[dict[str, Any]]]:
+    """``docs`` (a list, or a stream read lazily) cut into pieces (when ``window`` is given) and grouped in
+    consecutive batches of about ``max_bytes`` bytes of text and at most ``max_docs`` documents: a batch ends
+    with the document that reaches either bound."""
     batch: list[dict[str, Any]] = []
     size = 0
     for doc in split_documents(docs, max_bytes, window) if window is not None else docs:
         batch.append(doc)
         size += text_bytes(doc["text"])
-        if size >= max_bytes:
+        if size >= max_bytes or (max_docs is not None and len(batch) >= max_docs):
             yield batch
             batch, size = [], 0
     if batch:

@@ -151,13 +151,14 @@ class BenchmarkFacts:
     offset: int = 0  # leading rows of the split skipped
 
     @property
-    def rows(self) -> range | None:
-        """The split's rows this benchmark reads when that is known before loading (a contiguous block, or
-        all rows from ``offset``); None for a random draw, which may hold any row of the split."""
+    def rows(self) -> tuple[int, int | None] | None:
+        """The split's rows this benchmark reads when that is known before loading, as ``(start, stop)``: a
+        contiguous block, or every row from ``offset`` (``stop`` None); None for a random draw, which may
+        hold any row of the split."""
         if self.sample == "first" and self.limit is not None:
-            return range(self.offset, self.offset + self.limit)
+            return (self.offset, self.offset + self.limit)
         if self.limit is None:
-            return range(self.offset, 1 << 62)
+            return (self.offset, None)
         return None
 
     @property

@@ -281,15 +281,8 @@ class FileMatchWorker(MatchWorker):
         from contamray.corpus import read_listed_file
 
         for path in batch["path"]:
-            docs: list[dict[str, Any]] = []
-            size = 0
-            for doc in read_listed_file(str(path), errors="keep", **self.read):
-                docs.append(doc)
-                size += len(doc["text"])
-                if len(docs) >= self.batch_docs or size >= self.max_bytes:
-                    yield self.matched(docs)
-                    docs, size = [], 0
-            if docs:
+            documents = read_listed_file(str(path), errors="keep", **self.read)
+            for docs in batches(documents, self.max_bytes, None, max_docs=self.batch_docs):
                 yield self.matched(docs)
 
 

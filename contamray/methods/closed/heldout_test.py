@@ -423,7 +423,10 @@ def _block(bench: BenchmarkFacts) -> str:
 def _may_overlap(a: BenchmarkFacts, b: BenchmarkFacts) -> bool:
     """Whether two benchmarks of one partition can share a row (unknown for a random draw: yes)."""
     ra, rb = a.rows, b.rows
-    return ra is None or rb is None or (max(ra.start, rb.start) < min(ra.stop, rb.stop))
+    if ra is None or rb is None:
+        return True
+    ends = [stop for _, stop in (ra, rb) if stop is not None]  # an open block runs to the split's end
+    return not ends or max(ra[0], rb[0]) < min(ends)
 
 
 def _resolved(bench: BenchmarkFacts) -> tuple[str, str, str]:
