@@ -30,9 +30,10 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    Ray Data exactly as the pipeline runs it (``corpus_scan.matched_stream`` -> the driver's fold), with
    match actors reading their own files (``ray.corpus_read=actors``) and fed by read tasks (``tasks``),
    1 and 2 workers each (scaling). A Ray run pays a fixed start-up (worker processes, the index fetch, the
-   first file) whatever the corpus size, so the scan rate is taken from the difference between the 10x
-   and the 1x corpus (best of two runs each); both wall times are printed. ``ray_scan_efficiency`` is the
-   2-worker rate (actors reading their files) over twice the one-process end-to-end rate;
+   first file) whatever the corpus size, so the scan rate is taken from the difference between the corpus
+   copied ``--scan-copies`` times (40: ~190 MB, so the start-up, which varies by a second or two from run
+   to run, is small beside the scan) and the 1x corpus (best of two runs each); both wall times are printed.
+   ``ray_scan_efficiency`` is the 2-worker rate (actors reading their files) over twice the one-process end-to-end rate;
    ``ray_scan_efficiency_vs_match_only`` over twice the in-memory matching rate. ``--ray-only`` runs just
    this part.
 4. **Memory**: the peak RSS of a streaming scan (``iter_documents`` -> ``match``, in a fresh child
@@ -358,7 +359,7 @@ def run_ray(records: list[Any], paths: list[Path], workers: int, read_by: str) -
     matched = matched_stream(
         [str(p) for p in paths], {"format": "jsonl", "id_field": "id"},
         [("bench", "gpt3_13gram", "ngram_overlap", params, index)], workers, workers, read_by=read_by,
-        batch_docs=BATCH, placement={},
+        batch_docs=BATCH, placement={}, sizes=[p.stat().st_size for p in paths],
     )  # fmt: skip
     batches = matched.iter_batches(batch_format="numpy", batch_size=None)
     rows = [r for _, part, _ in match_batches(batches) for r in part]
@@ -526,6 +527,8 @@ def child_driver(paths: list[str], mirror: Path, n_items: int, store: Path) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mirror", default=str(ROOT.parent / "shared" / "benchmarks"))
+    parser.add_argument("--scan-copies", type=int, default=40, help="copies of the corpus the Ray scan rates "
+                        "are measured on (against 1 copy: the difference excludes start-up)")
     parser.add_argument("--mb", type=float, default=4.7, help="corpus size in MB (the issue's 4.7; --mb 1: quick)")
     parser.add_argument("--venv", default="/tmp/llmsanitize-venv")
     parser.add_argument("--datatrove-venv", default="/tmp/datatrove-venv")
@@ -563,6 +566,10 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
     records = benchmark_records(mirror)
     paths, planted = build_corpus(mirror, records, args.mb, work / "x1", copies=1)
     paths10, _ = build_corpus(mirror, records, args.mb, work / "x10", copies=10)
+
+    def scaled() -> list[Path]:
+        return build_corpus(mirror, records, args.mb, work / "scan", copies=args.scan_copies)[0]
+
     texts = corpus_texts(paths)
     mb = megabytes(texts)
     docs = [{"doc_id": str(i), "text": t} for i, t in enumerate(texts)]
@@ -570,7 +577,7 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
         rate = mb / min(run_contamray(records, docs)[0] for _ in range(3))
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; corpus {mb:.2f} MB, "
               f"{len(paths)} shards; contamray match only, 1 process: {rate:.1f} MB/s/core")  # fmt: skip
-        rates, stream_rate = ray_scaling(records, paths, paths10, mb)
+        rates, stream_rate = ray_scaling(records, paths, scaled(), mb)
         print(f"ray_scan_efficiency_vs_match_only: {rates['actors', 2] / (2 * rate):.2f}")
         print(f"ray_scan_efficiency: {rates['actors', 2] / (2 * stream_rate):.2f}")
         return
@@ -617,7 +624,7 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
     reader_rates(paths, work / "compressed")
     datatrove_rate = compare_datatrove(Path(args.datatrove_venv), records, paths, mb, work, found, planted)
 
-    rates, stream_rate = ray_scaling(records, paths, paths10, mb)
+    rates, stream_rate = ray_scaling(records, paths, scaled(), mb)
     print(f"ratio_vs_llmsanitize_per_worker_through_ray: {rates['actors', 1] / ref_rate:.1f}x")
 
     one = child_result("--child-scan", "--mirror", str(mirror), *map(str, paths))
@@ -645,7 +652,7 @@ def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
 
 
 def ray_scaling(
-    records: list[Any], paths: list[Path], paths10: list[Path], mb: float
+    records: list[Any], paths: list[Path], many: list[Path], mb: float
 ) -> tuple[dict[tuple[str, int], float], float]:
     """Scan rates through Ray (MB/s after start-up) by reader (actors, tasks) and worker count (1, 2), and the
     one-process end-to-end rate (read + match) they are compared with."""
@@ -661,15 +668,16 @@ def ray_scaling(
     try:
         for read_by in ("actors", "tasks"):
             for workers in (1, 2):
-                run_ray(records, paths10[: len(paths)], workers, read_by)  # warm-up: imports, worker processes
-                t1 = min(run_ray(records, paths10[: len(paths)], workers, read_by)[0] for _ in range(2))
-                t10, n = min(run_ray(records, paths10, workers, read_by) for _ in range(2))
-                # start-up (actor processes, index fetch, the first block) is paid once per run whatever
-                # the corpus size; the scan rate is what the other 9 copies add
-                rate_w = rates[read_by, workers] = 9 * mb / max(t10 - t1, 1e-9)
+                run_ray(records, many[: len(paths)], workers, read_by)  # warm-up: imports, worker processes
+                t1 = min(run_ray(records, many[: len(paths)], workers, read_by)[0] for _ in range(2))
+                tn, n = min(run_ray(records, many, workers, read_by) for _ in range(2))
+                # start-up (actor processes, index fetch, the first file) is paid once per run whatever
+                # the corpus size; the scan rate is what the other copies add
+                copies = len(many) // len(paths)
+                rate_w = rates[read_by, workers] = (copies - 1) * mb / max(tn - t1, 1e-9)
                 print(
                     f"contamray via Ray Data (read_by={read_by}: matched_stream -> driver), {workers} worker(s): "
-                    f"1x corpus {t1:.2f} s, 10x corpus {t10:.2f} s ({n} match rows) -> "
+                    f"1x corpus {t1:.2f} s, {copies}x corpus {tn:.2f} s ({n} match rows) -> "
                     f"scan rate after start-up {rate_w:.1f} MB/s ({rate_w / workers:.1f} MB/s per worker); "
                     f"start-up about {t1 - mb / rate_w:.1f} s per run"
                 )

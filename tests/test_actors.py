@@ -32,3 +32,19 @@ def test_match_batches_are_cut_into_pieces_bounded_by_bytes():
         sizes = [len(d["text"].encode()) for d in piece]
         assert sum(sizes[:-1]) < 1000  # only the piece's last document may cross the bound
     assert [len(p) for p in pieces if len(p[-1]["text"]) == 3000 and len(p) == 1]  # a "book" alone
+
+
+def test_files_go_to_match_actors_in_groups_of_about_a_task_of_bytes():
+    from contamray.pipeline.corpus_scan import TASK_BYTES, TASKS_PER_ACTOR, file_tasks
+
+    paths = [f"f{i}" for i in range(10)]
+    assert file_tasks(paths, None, 2) == [[p] for p in paths]  # sizes unknown: a file a task
+    mb = 1 << 20
+    # a small pass: at least TASKS_PER_ACTOR tasks per actor (10 MB over 2 actors x 4: groups of >= 1.25 MB)
+    small = file_tasks(paths, [mb] * 10, 2)
+    assert small == [paths[i : i + 2] for i in range(0, 10, 2)] and len(small) >= TASKS_PER_ACTOR
+    # a large pass: groups of about TASK_BYTES, consecutive, every file once; a larger file is a task alone
+    sizes = [TASK_BYTES // 4] * 8 + [3 * TASK_BYTES, TASK_BYTES // 4]
+    big = file_tasks(paths, sizes, 1)
+    assert [p for group in big for p in group] == paths
+    assert big == [paths[0:4], paths[4:8], ["f8"], ["f9"]]

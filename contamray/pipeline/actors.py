@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from contamray.corpus.pieces import Window, batches, widest
+from contamray.corpus.pieces import Window, batches, text_bytes, widest
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import get_method
 from contamray.records import Record
@@ -138,6 +138,7 @@ class ScoreWorker:
         return json.dumps(rows, default=json_default)
 
 
+REFOLD_ROWS = 20_000  # rows a FileMatchWorker holds for a cell before it folds them again
 CORPUS_ERRORS = "corpus-errors"  # MatchWorker's output row for the batch's bad corpus rows (no cell has this key)
 
 
@@ -237,16 +238,29 @@ class MatchWorker:
 
     def matched(self, docs: list[dict[str, Any]]) -> dict[str, list[Any]]:
         """The output rows for a batch of documents (bad rows, with a non-empty ``error``, listed apart)."""
-        cells: list[str] = []
-        matches: list[bytes] = []
-        seconds: list[float] = []
+        return self.output(*self.results(docs))
+
+    def results(
+        self, docs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]:
+        """A batch's bad rows (``where``, ``error``) and, per cell, its folded rows and seconds of match and fold."""
         bad = [{"where": d["doc_id"], "error": d["error"]} for d in docs if d.get("error")]
         if bad:
             docs = [d for d in docs if not d.get("error")]
+        return bad, self.scanner(docs)
+
+    def output(
+        self, bad: list[dict[str, str]], results: list[tuple[str, list[dict[str, Any]], float]]
+    ) -> dict[str, list[Any]]:
+        """The output rows of ``results``: one per cell (and one ``CORPUS_ERRORS`` row when ``bad``)."""
+        cells: list[str] = []
+        matches: list[bytes] = []
+        seconds: list[float] = []
+        if bad:
             cells.append(CORPUS_ERRORS)
             matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
             seconds.append(0.0)
-        for cell_key, rows, spent in self.scanner(docs):
+        for cell_key, rows, spent in results:
             cells.append(cell_key)
             matches.append(packed_by_record(rows) if rows else b"")
             seconds.append(spent)
@@ -257,13 +271,18 @@ class MatchWorker:
 
 
 class FileMatchWorker(MatchWorker):
-    """A ``MatchWorker`` that reads its own files: its input rows are file paths (``path``, as the corpus
-    listing gives them), each read with the corpus readers (``read_listed_file``: the ids and bad-row
-    reports of ``read_corpus``) and matched in batches of ``batch_docs`` documents / about ``max_bytes``
-    bytes of text; one output batch (``MatchWorker``'s rows) per batch of documents, yielded as it is
-    matched. No read task parses the file into Arrow blocks that travel through the object store and are
-    turned back into Python strings: the actor parses and matches in one process, as a scan without Ray
-    does (``bench/open_data_scan.py``: ``ray_scan_efficiency``)."""
+    """A ``MatchWorker`` that reads its own files: its input rows are file paths (``path``: one path as the
+    corpus listing gives it, or a group of them, ``corpus_scan.file_tasks``), each file read with the corpus
+    readers (``read_listed_file``: the ids and bad-row reports of ``read_corpus``) and matched in batches of
+    ``batch_docs`` documents / about ``max_bytes`` bytes of text. No read task parses the file into Arrow
+    blocks that travel through the object store and are turned back into Python strings: the actor parses
+    and matches in one process, as a scan without Ray does (``bench/open_data_scan.py``:
+    ``ray_scan_efficiency``).
+
+    Its output (``MatchWorker``'s rows) comes once per file, or once per ``emit_bytes`` of text read from a
+    larger one: the batches' folded rows folded together per cell (``FOLD_CONTRACT``: a fold of folds is the
+    fold of the whole; folded again as they go past ``REFOLD_ROWS``), so the driver takes in a block per
+    file, not per batch."""
 
     def __init__(
         self,
@@ -271,19 +290,59 @@ class FileMatchWorker(MatchWorker):
         max_bytes: int = 16 << 20,
         read: dict[str, Any] | None = None,
         batch_docs: int = 256,
+        emit_bytes: int = 256 << 20,
     ) -> None:
         super().__init__(indexes, max_bytes)
         self.max_bytes = max_bytes
         self.read = dict(read or {})
         self.batch_docs = max(1, batch_docs)
+        self.emit_bytes = max(1, emit_bytes)
+        self.folds = {cell_key: (method, cfg) for cell_key, method, cfg, _, _ in self.scanner.cells}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:  # type: ignore[override]
         from contamray.corpus import read_listed_file
 
-        for path in batch["path"]:
-            documents = read_listed_file(str(path), errors="keep", **self.read)
+        for path in [str(p) for group in batch["path"] for p in _paths(group)]:
+            documents = read_listed_file(path, errors="keep", **self.read)
+            bad: list[dict[str, str]] = []
+            rows: dict[str, list[dict[str, Any]]] = {key: [] for key in self.folds}
+            spent: dict[str, float] = dict.fromkeys(self.folds, 0.0)
+            limit = dict.fromkeys(self.folds, REFOLD_ROWS)
+            read = 0
             for docs in batches(documents, self.max_bytes, None, max_docs=self.batch_docs):
-                yield self.matched(docs)
+                more_bad, results = self.results(docs)
+                bad += more_bad
+                for cell_key, cell_rows, seconds in results:
+                    rows[cell_key] += cell_rows
+                    spent[cell_key] += seconds
+                    if len(rows[cell_key]) >= limit[cell_key]:  # a file copying many items: fold as it goes
+                        ((_, rows[cell_key], spent[cell_key]),) = self._folded(
+                            {cell_key: rows[cell_key]}, {cell_key: spent[cell_key]}
+                        )
+                        limit[cell_key] = max(REFOLD_ROWS, 2 * len(rows[cell_key]))
+                read += sum(text_bytes(d["text"]) for d in docs)
+                if read >= self.emit_bytes:
+                    yield self.output(bad, self._folded(rows, spent))
+                    bad, rows, spent, read = [], {k: [] for k in self.folds}, dict.fromkeys(self.folds, 0.0), 0
+            if read or bad:
+                yield self.output(bad, self._folded(rows, spent))
+
+    def _folded(
+        self, rows: dict[str, list[dict[str, Any]]], spent: dict[str, float]
+    ) -> list[tuple[str, list[dict[str, Any]], float]]:
+        """Per cell, its batches' folded rows folded together, and the seconds it took (the fold's too)."""
+        out = []
+        for cell_key, cell_rows in rows.items():
+            started = time.perf_counter()
+            method, cfg = self.folds[cell_key]
+            folded = method.fold(cell_rows, cfg) if cell_rows else []
+            out.append((cell_key, folded, spent[cell_key] + time.perf_counter() - started))
+        return out
+
+
+def _paths(group: Any) -> list[Any]:
+    """An input row's ``path``: one path, or a group of paths (a list, or the array Ray Data makes of it)."""
+    return [group] if isinstance(group, str) else list(group)
 
 
 def json_default(value: Any) -> Any:

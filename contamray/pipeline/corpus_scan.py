@@ -73,6 +73,7 @@ class Shard:
     key: str
     reusable: bool
     size: int
+    sizes: tuple[int, ...] = ()  # bytes of each path (0: unknown, e.g. a hub dataset)
 
 
 @dataclass
@@ -132,7 +133,8 @@ def shards(corpus: dict[str, Any], files_per_pass: int) -> list[Shard]:
                 ident.append((path, size, mtime))
         key = hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:16]
         paths = tuple(path.rsplit("#", 1)[0] if size < 0 else path for path, size, _ in group)
-        out.append(Shard(paths, key, reusable, sum(max(0, s) for _, s, _ in group)))
+        sizes = tuple(max(0, s) for _, s, _ in group)
+        out.append(Shard(paths, key, reusable, sum(sizes), sizes))
     return out
 
 
@@ -324,6 +326,7 @@ def _stream(
         indexes,
         low,
         high,
+        sizes=list(shard.sizes) or None,
         read_by=reader_of(plan, shard),
         batch_docs=int(plan.ray.get("corpus_batch_size", 256)),
         max_bytes=int(plan.ray.get("corpus_batch_bytes", DEFAULT_BATCH_BYTES)),
@@ -360,6 +363,30 @@ def reader_of(plan: Plan, shard: Shard) -> str:
     return "tasks" if any(is_hub_uri(path) for path in shard.paths) else str(plan.ray.get("corpus_read") or "actors")
 
 
+TASK_BYTES = 64 << 20  # a match actor's task: files of about this many bytes together
+TASKS_PER_ACTOR = 4  # ... but a small pass still gives every actor of the pool this many tasks
+
+
+def file_tasks(paths: list[str], sizes: list[int] | None, actors: int) -> list[list[str]]:
+    """``paths`` in consecutive groups, each one task of a match actor: files of about ``TASK_BYTES`` together
+    (fewer when the pass is small: at least ``TASKS_PER_ACTOR`` tasks per actor), a larger file alone. Each
+    task costs a round trip through Ray Data's scheduler (about 45 ms on 2 cores, against the 35 ms a 1 MB
+    file takes to match: ``bench/open_data_scan.py``); a group shares it. Without ``sizes``, a file a task."""
+    if not sizes or len(sizes) != len(paths):
+        return [[p] for p in paths]
+    target = max(1, min(TASK_BYTES, sum(sizes) // max(1, TASKS_PER_ACTOR * actors)))
+    tasks: list[list[str]] = []
+    group: list[str] = []
+    size = 0
+    for path, nbytes in zip(paths, sizes, strict=True):
+        group.append(path)
+        size += nbytes
+        if size >= target:
+            tasks.append(group)
+            group, size = [], 0
+    return tasks + [group] if group else tasks
+
+
 def matched_stream(
     paths: list[str],
     corpus: dict[str, Any],
@@ -371,14 +398,16 @@ def matched_stream(
     batch_docs: int = 256,
     max_bytes: int = DEFAULT_BATCH_BYTES,
     placement: dict[str, Any] | None = None,
+    sizes: list[int] | None = None,
 ) -> ray.data.Dataset:
     """The match actors' output over ``paths`` (``MatchWorker`` rows), from an autoscaling pool of
     ``low`` .. ``high`` actors, each holding one CPU (and ``placement``'s resources).
 
-    ``read_by="actors"``: one input row per file, each read and matched by one ``FileMatchWorker`` (the
-    pool never grows past the number of files); ``"tasks"``: Ray Data read tasks (a quarter CPU each,
-    so match actors holding every CPU cannot starve them) parse the files into blocks of documents that
-    any actor matches, in batches of ``batch_docs`` documents - more parallel within a single large file,
+    ``read_by="actors"``: one input row per group of files (``file_tasks``: consecutive files of about
+    ``TASK_BYTES`` together when ``sizes`` are known, else one file a row), each read and matched by one
+    ``FileMatchWorker`` (the pool never grows past the number of groups); ``"tasks"``: Ray Data read tasks (a
+    quarter CPU each, so match actors holding every CPU cannot starve them) parse the files into blocks of
+    documents that any actor matches, in batches of ``batch_docs`` documents - more parallel within a single large file,
     at the cost of moving every document through the object store; the pool leaves a CPU to the readers."""
     from contamray.corpus import read_corpus
 
@@ -386,8 +415,9 @@ def matched_stream(
                "id_field": corpus.get("id_field")}  # fmt: skip
     placement = cpu_work_options() if placement is None else placement
     if read_by == "actors":
-        high = max(1, min(high, len(paths)))
-        files = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, len(paths)))
+        tasks = file_tasks(paths, sizes, high)
+        high = max(1, min(high, len(tasks)))
+        files = ray.data.from_items([{"path": group} for group in tasks], override_num_blocks=max(1, len(tasks)))
         # one file in flight per actor (below), so the pool grows once every actor is busy while files wait: Ray
         # Data's default threshold (1.75 tasks per actor) needs tasks queued on actors, which never happens here
         files.context.autoscaling_config = dataclasses.replace(
