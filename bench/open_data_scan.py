@@ -33,7 +33,9 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    first file) whatever the corpus size, so the scan rate is taken from the difference between the corpus
    copied ``--scan-copies`` times (40: ~190 MB, so the start-up, which varies by a second or two from run
    to run, is small beside the scan) and the 1x corpus (best of two runs each); both wall times are printed.
-   ``ray_scan_efficiency`` is the 2-worker rate (actors reading their files) over twice the one-process end-to-end rate;
+   ``ray_scan_efficiency`` is the 2-worker rate (actors reading their files) over twice the one-process end-to-end rate
+   (``pipeline.actors.scan_file`` in this process on the same many-copies corpus: read, match and fold, exactly a
+   match actor's work without Ray);
    ``ray_scan_efficiency_vs_match_only`` over twice the in-memory matching rate. ``--ray-only`` runs just
    this part.
 4. **Memory**: the peak RSS of a streaming scan (``iter_documents`` -> ``match``, in a fresh child
@@ -368,22 +370,21 @@ def run_ray(records: list[Any], paths: list[Path], workers: int, read_by: str) -
 
 
 def run_streaming(records: list[Any], paths: list[Path]) -> float:
-    """Seconds of the same scan in one process, end to end: the files read (``iter_documents``) and matched in
-    batches of ``BATCH`` documents - the work one Ray match actor does, without Ray."""
-    from contamray.corpus import iter_documents
+    """Seconds of the same scan in one process, end to end, doing exactly what one Ray match actor does
+    (``pipeline.actors.scan_file``: each file read with the corpus readers, matched in batches of ``BATCH``
+    documents, the rows folded per batch and per file), without Ray."""
     from contamray.methods.base import get_method
+    from contamray.pipeline.actors import Scanner, scan_file
+    from contamray.pipeline.corpus_scan import DEFAULT_BATCH_BYTES
 
     method = get_method("ngram_overlap")
     cfg = method.make_config({"n": 13})
-    index = method.build_index(records, cfg)
+    scanner = Scanner([("bench", method, cfg, method.build_index(records, cfg))], DEFAULT_BATCH_BYTES)
+    read = {"format": "jsonl", "text_field": "text", "id_field": "id"}
     start = time.perf_counter()
-    batch: list[dict[str, str]] = []
-    for doc in iter_documents([str(p) for p in paths], id_field="id"):
-        batch.append(doc)
-        if len(batch) == BATCH:
-            method.match(batch, index, cfg)
-            batch = []
-    method.match(batch, index, cfg)
+    for path in paths:
+        for _ in scan_file(scanner, {"bench": (method, cfg)}, str(path), read, DEFAULT_BATCH_BYTES, BATCH, 256 << 20):
+            pass
     return time.perf_counter() - start
 
 
@@ -658,10 +659,13 @@ def ray_scaling(
     one-process end-to-end rate (read + match) they are compared with."""
     import ray
 
-    streaming = min(run_streaming(records, paths) for _ in range(3))
-    stream_rate = mb / streaming
-    print(f"contamray, 1 process end to end (read jsonl + match), best of 3: {streaming:.2f} s -> "
-          f"{stream_rate:.1f} MB/s/core")  # fmt: skip
+    # the baseline scans the same many-copies corpus as the Ray runs (a 1x pass takes a quarter second: too
+    # short to time), doing what one match actor does (``run_streaming``)
+    copies = len(many) // len(paths)
+    streaming = min(run_streaming(records, many) for _ in range(2))
+    stream_rate = copies * mb / streaming
+    print(f"contamray, 1 process end to end (read jsonl + match + fold, a match actor's work without Ray), "
+          f"{copies}x corpus, best of 2: {streaming:.2f} s -> {stream_rate:.1f} MB/s/core")  # fmt: skip
     # one logical CPU more than match workers: the read tasks of read_by=tasks take a quarter CPU each
     ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
     rates: dict[tuple[str, int], float] = {}
@@ -673,7 +677,6 @@ def ray_scaling(
                 tn, n = min(run_ray(records, many, workers, read_by) for _ in range(2))
                 # start-up (actor processes, index fetch, the first file) is paid once per run whatever
                 # the corpus size; the scan rate is what the other copies add
-                copies = len(many) // len(paths)
                 rate_w = rates[read_by, workers] = (copies - 1) * mb / max(tn - t1, 1e-9)
                 print(
                     f"contamray via Ray Data (read_by={read_by}: matched_stream -> driver), {workers} worker(s): "

@@ -300,44 +300,61 @@ class FileMatchWorker(MatchWorker):
         self.folds = {cell_key: (method, cfg) for cell_key, method, cfg, _, _ in self.scanner.cells}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:  # type: ignore[override]
-        from contamray.corpus import read_listed_file
-
         for path in [str(p) for group in batch["path"] for p in _paths(group)]:
-            documents = read_listed_file(path, errors="keep", **self.read)
-            bad: list[dict[str, str]] = []
-            rows: dict[str, list[dict[str, Any]]] = {key: [] for key in self.folds}
-            spent: dict[str, float] = dict.fromkeys(self.folds, 0.0)
-            limit = dict.fromkeys(self.folds, REFOLD_ROWS)
-            read = 0
-            for docs in batches(documents, self.max_bytes, None, max_docs=self.batch_docs):
-                more_bad, results = self.results(docs)
-                bad += more_bad
-                for cell_key, cell_rows, seconds in results:
-                    rows[cell_key] += cell_rows
-                    spent[cell_key] += seconds
-                    if len(rows[cell_key]) >= limit[cell_key]:  # a file copying many items: fold as it goes
-                        ((_, rows[cell_key], spent[cell_key]),) = self._folded(
-                            {cell_key: rows[cell_key]}, {cell_key: spent[cell_key]}
-                        )
-                        limit[cell_key] = max(REFOLD_ROWS, 2 * len(rows[cell_key]))
-                read += sum(text_bytes(d["text"]) for d in docs)
-                if read >= self.emit_bytes:
-                    yield self.output(bad, self._folded(rows, spent))
-                    bad, rows, spent, read = [], {k: [] for k in self.folds}, dict.fromkeys(self.folds, 0.0), 0
-            if read or bad:
-                yield self.output(bad, self._folded(rows, spent))
+            for bad, results in scan_file(
+                self.scanner, self.folds, path, self.read, self.max_bytes, self.batch_docs, self.emit_bytes
+            ):
+                yield self.output(bad, results)
 
-    def _folded(
-        self, rows: dict[str, list[dict[str, Any]]], spent: dict[str, float]
-    ) -> list[tuple[str, list[dict[str, Any]], float]]:
-        """Per cell, its batches' folded rows folded together, and the seconds it took (the fold's too)."""
-        out = []
-        for cell_key, cell_rows in rows.items():
-            started = time.perf_counter()
-            method, cfg = self.folds[cell_key]
-            folded = method.fold(cell_rows, cfg) if cell_rows else []
-            out.append((cell_key, folded, spent[cell_key] + time.perf_counter() - started))
-        return out
+
+Folds = dict[str, tuple[Any, Any]]  # cell key -> (method, config): how a cell's rows are folded
+
+
+def scan_file(
+    scanner: Scanner, folds: Folds, path: str, read: dict[str, Any], max_bytes: int, batch_docs: int, emit_bytes: int
+) -> Iterator[tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]]:
+    """A ``FileMatchWorker``'s work on one file, in this process (no Ray): the file read with the corpus readers,
+    matched in batches of ``batch_docs`` documents / about ``max_bytes`` bytes of text, each cell's rows folded;
+    ``(bad rows, per cell (key, folded rows, seconds))`` once per ``emit_bytes`` of text and at the end of the
+    file. ``bench/open_data_scan.py`` runs it as the one-process baseline of ``ray_scan_efficiency``."""
+    from contamray.corpus import read_listed_file
+
+    documents = read_listed_file(path, errors="keep", **read)
+    bad: list[dict[str, str]] = []
+    rows: dict[str, list[dict[str, Any]]] = {key: [] for key in folds}
+    spent: dict[str, float] = dict.fromkeys(folds, 0.0)
+    limit = dict.fromkeys(folds, REFOLD_ROWS)
+    size = 0
+    for docs in batches(documents, max_bytes, None, max_docs=batch_docs):
+        bad_rows = [{"where": d["doc_id"], "error": d["error"]} for d in docs if d.get("error")]
+        if bad_rows:
+            bad += bad_rows
+            docs = [d for d in docs if not d.get("error")]
+        for cell_key, cell_rows, seconds in scanner(docs):
+            rows[cell_key] += cell_rows
+            spent[cell_key] += seconds
+            if len(rows[cell_key]) >= limit[cell_key]:  # a file copying many items: fold as it goes
+                ((_, rows[cell_key], spent[cell_key]),) = _folded(folds, {cell_key: rows[cell_key]}, spent)
+                limit[cell_key] = max(REFOLD_ROWS, 2 * len(rows[cell_key]))
+        size += sum(text_bytes(d["text"]) for d in docs)
+        if size >= emit_bytes:
+            yield bad, _folded(folds, rows, spent)
+            bad, rows, spent, size = [], {k: [] for k in folds}, dict.fromkeys(folds, 0.0), 0
+    if size or bad:
+        yield bad, _folded(folds, rows, spent)
+
+
+def _folded(
+    folds: Folds, rows: dict[str, list[dict[str, Any]]], spent: dict[str, float]
+) -> list[tuple[str, list[dict[str, Any]], float]]:
+    """Per cell of ``rows``, its batches' folded rows folded together, and the seconds it took (the fold's too)."""
+    out = []
+    for cell_key, cell_rows in rows.items():
+        started = time.perf_counter()
+        method, cfg = folds[cell_key]
+        folded = method.fold(cell_rows, cfg) if cell_rows else []
+        out.append((cell_key, folded, spent[cell_key] + time.perf_counter() - started))
+    return out
 
 
 def _paths(group: Any) -> list[Any]:
