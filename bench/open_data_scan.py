@@ -26,7 +26,8 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    rule), which datatrove's 13-grams cannot reach; the output counts those.
 3. **contamray**: ``ngram_overlap`` with ``n=13`` - ``build_index`` on the benchmark, ``match`` over the
    corpus in batches of 256 documents, ``score`` - in one process (per-core throughput); the same files
-   read and matched in one process (``iter_documents`` -> ``match``: the end-to-end rate); then through
+   read, matched and folded in one process as a match actor does (``pipeline.actors.scan_file``: the end-to-end
+   rate); then through
    Ray Data exactly as the pipeline runs it (``corpus_scan.matched_stream`` -> the driver's fold), with
    match actors reading their own files (``ray.corpus_read=actors``) and fed by read tasks (``tasks``),
    1 and 2 workers each (scaling). A Ray run pays a fixed start-up (worker processes, the index fetch, the
