@@ -795,6 +795,20 @@ def _by_format(files: CorpusFiles, format: str) -> dict[str, list[str]]:
     return groups
 
 
+def _remote_options(remote: dict[str, Any] | None) -> dict[str, Any]:
+    """``read_corpus``'s ``ray_remote_args`` as ``ray.data.read_datasource`` takes them: the options it names
+    (``num_cpus``, ``label_selector``...; Ray deprecates passing them in ``ray_remote_args`` and drops that in
+    2.64) as keywords, any other in ``ray_remote_args``."""
+    import inspect
+
+    import ray.data
+
+    named = set(inspect.signature(ray.data.read_datasource).parameters) - {"datasource", "ray_remote_args"}
+    options = {k: v for k, v in (remote or {}).items() if k in named}
+    rest = {k: v for k, v in (remote or {}).items() if k not in named}
+    return {**options, **({"ray_remote_args": rest} if rest else {})}
+
+
 def read_corpus(
     paths: str | Sequence[str],
     format: str = "auto",
@@ -826,7 +840,7 @@ def read_corpus(
         source = _hub_datasource_class()(parse_hub_uri(uri), opts)
         datasets.append(
             ray.data.read_datasource(
-                source, override_num_blocks=override_num_blocks, ray_remote_args=ray_remote_args or {}
+                source, override_num_blocks=override_num_blocks, **_remote_options(ray_remote_args)
             )
         )
     if not paths:
@@ -838,7 +852,7 @@ def read_corpus(
         source = datasource_cls(group, opts, files.prefix, filesystem=files.filesystem)
         datasets.append(
             ray.data.read_datasource(
-                source, override_num_blocks=override_num_blocks, ray_remote_args=ray_remote_args or {}
+                source, override_num_blocks=override_num_blocks, **_remote_options(ray_remote_args)
             )
         )
     return datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
