@@ -384,7 +384,7 @@ def run_streaming(records: list[Any], paths: list[Path]) -> float:
     read = {"format": "jsonl", "text_field": "text", "id_field": "id"}
     start = time.perf_counter()
     for path in paths:
-        for _ in scan_file(scanner, {"bench": (method, cfg)}, str(path), read, DEFAULT_BATCH_BYTES, BATCH, 256 << 20):
+        for _ in scan_file(scanner, str(path), read, BATCH, 256 << 20):
             pass
     return time.perf_counter() - start
 

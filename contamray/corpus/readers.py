@@ -833,6 +833,7 @@ def read_corpus(
     import ray.data
 
     _options(format, text_field, id_field, text_mode, errors)
+    remote = _remote_options(ray_remote_args)
     hubs, paths = split_hub_uris(paths)
     datasets = []
     for uri in hubs:
@@ -840,7 +841,7 @@ def read_corpus(
         source = _hub_datasource_class()(parse_hub_uri(uri), opts)
         datasets.append(
             ray.data.read_datasource(
-                source, override_num_blocks=override_num_blocks, **_remote_options(ray_remote_args)
+                source, override_num_blocks=override_num_blocks, **remote
             )
         )
     if not paths:
@@ -852,7 +853,7 @@ def read_corpus(
         source = datasource_cls(group, opts, files.prefix, filesystem=files.filesystem)
         datasets.append(
             ray.data.read_datasource(
-                source, override_num_blocks=override_num_blocks, **_remote_options(ray_remote_args)
+                source, override_num_blocks=override_num_blocks, **remote
             )
         )
     return datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])

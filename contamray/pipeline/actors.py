@@ -173,6 +173,21 @@ class Scanner:
                 windows[window.group].append(window)
         self.windows: dict[Any, Window | None] = {None: None, **{g: widest(ws) for g, ws in windows.items()}}
 
+    @property
+    def folds(self) -> dict[str, tuple[Any, Any]]:
+        """Per cell key, ``(method, config)``: how the cell's rows are folded."""
+        return {cell_key: (method, cfg) for cell_key, method, cfg, _, _ in self.cells}
+
+    def results(
+        self, docs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]:
+        """A batch's bad rows (``where``, ``error``: the reader kept them) and, per cell, its folded rows and
+        seconds of match and fold over the others."""
+        bad = [{"where": d["doc_id"], "error": d["error"]} for d in docs if d.get("error")]
+        if bad:
+            docs = [d for d in docs if not d.get("error")]
+        return bad, self(docs)
+
     def __call__(self, docs: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]], float]]:
         """``(cell key, folded rows, seconds of match and fold)`` per cell."""
         out = []
@@ -238,16 +253,7 @@ class MatchWorker:
 
     def matched(self, docs: list[dict[str, Any]]) -> dict[str, list[Any]]:
         """The output rows for a batch of documents (bad rows, with a non-empty ``error``, listed apart)."""
-        return self.output(*self.results(docs))
-
-    def results(
-        self, docs: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]:
-        """A batch's bad rows (``where``, ``error``) and, per cell, its folded rows and seconds of match and fold."""
-        bad = [{"where": d["doc_id"], "error": d["error"]} for d in docs if d.get("error")]
-        if bad:
-            docs = [d for d in docs if not d.get("error")]
-        return bad, self.scanner(docs)
+        return self.output(*self.scanner.results(docs))
 
     def output(
         self, bad: list[dict[str, str]], results: list[tuple[str, list[dict[str, Any]], float]]
@@ -293,44 +299,39 @@ class FileMatchWorker(MatchWorker):
         emit_bytes: int = 256 << 20,
     ) -> None:
         super().__init__(indexes, max_bytes)
-        self.max_bytes = max_bytes
         self.read = dict(read or {})
         self.batch_docs = max(1, batch_docs)
         self.emit_bytes = max(1, emit_bytes)
-        self.folds = {cell_key: (method, cfg) for cell_key, method, cfg, _, _ in self.scanner.cells}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:  # type: ignore[override]
         for path in [str(p) for group in batch["path"] for p in _paths(group)]:
-            for bad, results in scan_file(
-                self.scanner, self.folds, path, self.read, self.max_bytes, self.batch_docs, self.emit_bytes
-            ):
+            for bad, results in scan_file(self.scanner, path, self.read, self.batch_docs, self.emit_bytes):
                 yield self.output(bad, results)
 
 
-Folds = dict[str, tuple[Any, Any]]  # cell key -> (method, config): how a cell's rows are folded
+Folds = dict[str, tuple[Any, Any]]  # cell key -> (method, config): how a cell's rows are folded (Scanner.folds)
 
 
 def scan_file(
-    scanner: Scanner, folds: Folds, path: str, read: dict[str, Any], max_bytes: int, batch_docs: int, emit_bytes: int
+    scanner: Scanner, path: str, read: dict[str, Any], batch_docs: int, emit_bytes: int
 ) -> Iterator[tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]]:
     """A ``FileMatchWorker``'s work on one file, in this process (no Ray): the file read with the corpus readers,
-    matched in batches of ``batch_docs`` documents / about ``max_bytes`` bytes of text, each cell's rows folded;
-    ``(bad rows, per cell (key, folded rows, seconds))`` once per ``emit_bytes`` of text and at the end of the
-    file. ``bench/open_data_scan.py`` runs it as the one-process baseline of ``ray_scan_efficiency``."""
+    matched in batches of ``batch_docs`` documents / about the scanner's ``max_bytes`` of text, each cell's rows
+    folded; ``(bad rows, per cell (key, folded rows, seconds))`` once per ``emit_bytes`` of text and at the end of
+    the file. ``bench/open_data_scan.py`` runs it as the one-process baseline of ``ray_scan_efficiency``."""
     from contamray.corpus import read_listed_file
 
     documents = read_listed_file(path, errors="keep", **read)
+    folds = scanner.folds
     bad: list[dict[str, str]] = []
     rows: dict[str, list[dict[str, Any]]] = {key: [] for key in folds}
     spent: dict[str, float] = dict.fromkeys(folds, 0.0)
     limit = dict.fromkeys(folds, REFOLD_ROWS)
     size = 0
-    for docs in batches(documents, max_bytes, None, max_docs=batch_docs):
-        bad_rows = [{"where": d["doc_id"], "error": d["error"]} for d in docs if d.get("error")]
-        if bad_rows:
-            bad += bad_rows
-            docs = [d for d in docs if not d.get("error")]
-        for cell_key, cell_rows, seconds in scanner(docs):
+    for docs in batches(documents, scanner.max_bytes, None, max_docs=batch_docs):
+        bad_rows, results = scanner.results(docs)
+        bad += bad_rows
+        for cell_key, cell_rows, seconds in results:
             rows[cell_key] += cell_rows
             spent[cell_key] += seconds
             if len(rows[cell_key]) >= limit[cell_key]:  # a file copying many items: fold as it goes
