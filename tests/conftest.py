@@ -2,11 +2,68 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# Under pytest-xdist (README's test command runs two workers) each worker gets a Ray temp dir of its own:
+# ray.init() without an address joins the cluster whose address Ray wrote under its temp dir (the
+# ``ray.cluster_utils.Cluster`` fixture writes one), and must never find the other worker's.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER and "RAY_TMPDIR" not in os.environ:
+    os.environ["RAY_TMPDIR"] = f"/tmp/cr-{WORKER}"  # short: Ray's socket paths have a length limit
+    os.makedirs(os.environ["RAY_TMPDIR"], exist_ok=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if WORKER:
+        # two workers on the machine's cores: torch in this process takes one thread, not all of them
+        # (the processes a test starts - Ray workers, a run's driver - size their own threads)
+        import torch
+
+        torch.set_num_threads(1)
+
+
+# Modules that take minutes on 2 cores (the slowest of `pytest --durations`: real fine-tunes, engines scoring
+# thousands of texts, runs on 3-node clusters), in this order, ahead of the rest. README's command runs
+# xdist with ``--dist loadfile --no-loadscope-reorder``: whole modules go to the two workers in collection
+# order (two each at the start: the 1st and 3rd to one worker, the 2nd and 4th to the other, then one at a
+# time to whichever is free), so both start on long ones and the many short modules fill the end, instead of
+# one worker finishing a long module alone. test_null_calibration fine-tunes the contaminated model the
+# later modules of this list share (they wait for it: ``built_once``).
+LONG_MODULES = (
+    "test_null_calibration", "test_order_structure", "test_multinode_scan", "test_null_calibration_guided",
+    "test_resume", "test_name_cloze", "test_smoke_run", "test_cdd", "test_sharded_likelihood",
+    "test_membership_scores", "test_multinode_placement", "test_http_engine", "test_hosting", "test_dcq",
+    "test_multirun",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))  # stable
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """``<shared temp>/<name>``, built by ``build`` the first time any worker of this test session asks
+    (a file lock in the temp dir every xdist worker shares), so a session fixture's work is paid once."""
+    root = tmp_path_factory.getbasetemp()
+    if WORKER:
+        root = root.parent  # <base>/popen-gwN is one worker's; its parent is the session's
+    target = root / name
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (target / ".built").exists():
+                build(target)
+                (target / ".built").touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return target
 
 
 @pytest.fixture(scope="session")
@@ -97,15 +154,19 @@ def contaminated_model(mirror_dir: Path, tmp_path_factory: pytest.TempPathFactor
     seen = [dataclasses.replace(r, partition=f"{r.partition}:rows0-{n - 1}") for r in rows[:n]]
     unseen = [dataclasses.replace(r, partition=f"{r.partition}:rows{n}-{2 * n - 1}") for r in rows[n : 2 * n]]
     text = "".join(serialise(r, c["fields"], c["format"]) + EXAMPLE_END[c["format"]] for r in seen)
-    path = finetune_causal_lm(
-        resolve_model_path("smollm2-135m"),
-        [text],
-        tmp_path_factory.mktemp("contaminated") / "model",
-        epochs=c["epochs"],
-        lr=c["lr"],
-        batch_size=1,
-        seed=c["seed"],
-        max_length=c["max_length"],
-    )
+
+    def build(target: Path) -> None:
+        finetune_causal_lm(
+            resolve_model_path("smollm2-135m"),
+            [text],
+            target / "model",
+            epochs=c["epochs"],
+            lr=c["lr"],
+            batch_size=1,
+            seed=c["seed"],
+            max_length=c["max_length"],
+        )
+
+    path = str(built_once(tmp_path_factory, "contaminated", build) / "model")
     manifest = json.loads((Path(path) / "contamray_finetune.json").read_text())
     return ContaminatedModel(path, seen, unseen, c["fields"], c["format"], n // 4, manifest)

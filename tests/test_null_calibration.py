@@ -134,15 +134,3 @@ def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices
     })  # fmt: skip
     seen = decide(method, seen_cfg, engines.run(method, contaminated_model.seen, seen_cfg))
     assert seen.decision == "contaminated", (seen.p_value, seen.details.get("summary"))
-
-
-def test_guided_prompting_holds_its_null_on_clean_slices(engines, clean_slices):
-    """Algorithm 1 (exact sign flip on ROUGE-L guided - general) on the 20 slices of 20 instances."""
-    method = get_method("guided_prompting")
-    cfg = method.make_config({"max_tokens": 12, "seed": 0})
-    parts = [part for adapter_parts in clean_slices.values() for part in adapter_parts]
-    verdicts = [decide(method, cfg, engines.run(method, part, cfg)) for part in parts]
-    count = _decisions(verdicts)
-    print("guided prompting (Algorithm 1) on 20 clean slices:", count, [(v.decision, v.p_value) for v in verdicts])
-    assert count["contaminated"] <= MAX_FLAGS, count
-    assert count["clean"] >= N_SLICES, count  # most slices decide
