@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,14 +54,12 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     if WORKER:
         root = root.parent  # <base>/popen-gwN is one worker's; its parent is the session's
     target = root / name
-    with open(root / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not (target / ".built").exists():
-                build(target)
-                (target / ".built").touch()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    from contamray.engines.models import _file_lock  # the lock the embedded model's conversion takes
+
+    with _file_lock(root / f".{name}.lock"):
+        if not (target / ".built").exists():
+            build(target)
+            (target / ".built").touch()
     return target
 
 
