@@ -26,17 +26,18 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    rule), which datatrove's 13-grams cannot reach; the output counts those.
 3. **contamray**: ``ngram_overlap`` with ``n=13`` - ``build_index`` on the benchmark, ``match`` over the
    corpus in batches of 256 documents, ``score`` - in one process (per-core throughput); the same files
-   read, matched and folded in one process as a match actor does (``pipeline.actors.scan_file``: the end-to-end
-   rate); then through
-   Ray Data exactly as the pipeline runs it (``corpus_scan.matched_stream`` -> the driver's fold), with
+   read, matched and folded in one process as the match actors and the driver do (``pipeline.actors.scan_files``
+   whose output ``corpus_scan.fold_stream`` folds: the end-to-end rate); then through
+   Ray Data exactly as the pipeline runs it (``corpus_scan.matched_stream`` -> the driver's ``fold_stream``), with
    match actors reading their own files (``ray.corpus_read=actors``) and fed by read tasks (``tasks``),
-   1 and 2 workers each (scaling). A Ray run pays a fixed start-up (worker processes, the index fetch, the
+   1 and 2 workers each (scaling); every Ray scan's folded rows must equal the one-process scan's. A Ray run
+   pays a fixed start-up (worker processes, the index fetch, the
    first file) whatever the corpus size, so the scan rate is taken from the difference between the corpus
    copied ``--scan-copies`` times (40: ~190 MB, so the start-up, which varies by a second or two from run
    to run, is small beside the scan) and the 1x corpus (best of two runs each); both wall times are printed.
    ``ray_scan_efficiency`` is the 2-worker rate (actors reading their files) over twice the one-process end-to-end rate
-   (``pipeline.actors.scan_file`` in this process on the same many-copies corpus: read, match and fold, exactly a
-   match actor's work without Ray);
+   (the same many-copies corpus read, matched and folded in this process: the match actors' and the driver's
+   work without Ray);
    ``ray_scan_efficiency_vs_match_only`` over twice the in-memory matching rate. ``--ray-only`` runs just
    this part.
 4. **Memory**: the peak RSS of a streaming scan (``iter_documents`` -> ``match``, in a fresh child
@@ -346,47 +347,52 @@ def reader_rates(paths: list[Path], work: Path) -> dict[str, float]:
     return rates
 
 
-def run_ray(records: list[Any], paths: list[Path], workers: int, read_by: str) -> tuple[float, int]:
+def run_ray(records: list[Any], paths: list[Path], workers: int, read_by: str) -> tuple[float, list[dict[str, Any]]]:
     """The pipeline's own scan stream (``pipeline/corpus_scan.matched_stream``: a pool of ``workers`` match
     actors, reading their own files or fed by Ray Data read tasks) -> the driver, which folds what the actors
-    folded per batch; (wall seconds, folded match rows)."""
+    folded as it arrives (``corpus_scan.fold_stream``, as a corpus pass does); (wall seconds, folded rows)."""
     import ray
 
-    from contamray.methods.base import get_method
-    from contamray.pipeline.corpus_scan import match_batches, matched_stream
+    from contamray.pipeline.corpus_scan import fold_stream, matched_stream
 
-    method = get_method("ngram_overlap")
-    params = {"n": 13}
-    index = ray.put(method.build_index(records, method.make_config(params)))
+    method, params, cfg = scan_method()
+    index = ray.put(method.build_index(records, cfg))
     start = time.perf_counter()
     matched = matched_stream(
         [str(p) for p in paths], {"format": "jsonl", "id_field": "id"},
         [("bench", "gpt3_13gram", "ngram_overlap", params, index)], workers, workers, read_by=read_by,
         batch_docs=BATCH, placement={}, sizes=[p.stat().st_size for p in paths],
     )  # fmt: skip
-    batches = matched.iter_batches(batch_format="numpy", batch_size=None)
-    rows = [r for _, part, _ in match_batches(batches) for r in part]
-    folded = method.fold(rows, method.make_config(params))
-    return time.perf_counter() - start, len(folded)
+    folded = fold_stream(matched.iter_batches(batch_format="numpy", batch_size=None), {"bench": (method, cfg)})
+    rows = folded.folds["bench"].rows()
+    return time.perf_counter() - start, rows
 
 
-def run_streaming(records: list[Any], paths: list[Path]) -> float:
-    """Seconds of the same scan in one process, end to end, doing exactly what one Ray match actor does
-    (``pipeline.actors.scan_file``: each file read with the corpus readers, matched in batches of ``BATCH``
-    documents, the rows folded per batch and per file), without Ray."""
+def scan_method() -> tuple[Any, dict[str, Any], Any]:
     from contamray.methods.base import get_method
-    from contamray.pipeline.actors import Scanner, scan_file
-    from contamray.pipeline.corpus_scan import DEFAULT_BATCH_BYTES
 
     method = get_method("ngram_overlap")
-    cfg = method.make_config({"n": 13})
+    params = {"n": 13}
+    return method, params, method.make_config(params)
+
+
+def run_streaming(records: list[Any], paths: list[Path]) -> tuple[float, list[dict[str, Any]]]:
+    """Seconds of the same scan in one process, end to end, doing exactly the work of the match actors and the
+    driver without Ray: the files read with the corpus readers, matched in batches of ``BATCH`` documents and
+    folded (``pipeline.actors.scan_files``, what a ``FileMatchWorker`` runs on its files), its output folded as
+    the driver folds the actors' (``corpus_scan.fold_stream``); (seconds, folded rows) - the rows must equal
+    the Ray scan's."""
+    from contamray.pipeline.actors import Scanner, match_output, scan_files
+    from contamray.pipeline.corpus_scan import DEFAULT_BATCH_BYTES, fold_stream
+
+    method, _, cfg = scan_method()
     scanner = Scanner([("bench", method, cfg, method.build_index(records, cfg))], DEFAULT_BATCH_BYTES)
     read = {"format": "jsonl", "text_field": "text", "id_field": "id"}
     start = time.perf_counter()
-    for path in paths:
-        for _ in scan_file(scanner, str(path), read, BATCH, 256 << 20):
-            pass
-    return time.perf_counter() - start
+    scanned = (match_output(bad, results) for bad, results in scan_files(scanner, [str(p) for p in paths], read, BATCH,
+                                                                     256 << 20))  # fmt: skip
+    rows = fold_stream(scanned, {"bench": (method, cfg)}).folds["bench"].rows()
+    return time.perf_counter() - start, rows
 
 
 def child_result(*args: str) -> dict[str, float]:
@@ -663,10 +669,11 @@ def ray_scaling(
     # the baseline scans the same many-copies corpus as the Ray runs (a 1x pass takes a quarter second: too
     # short to time), doing what one match actor does (``run_streaming``)
     copies = len(many) // len(paths)
-    streaming = min(run_streaming(records, many) for _ in range(2))
+    runs = [run_streaming(records, many) for _ in range(2)]
+    streaming, expected = min(t for t, _ in runs), runs[0][1]
     stream_rate = copies * mb / streaming
-    print(f"contamray, 1 process end to end (read jsonl + match + fold, a match actor's work without Ray), "
-          f"{copies}x corpus, best of 2: {streaming:.2f} s -> {stream_rate:.1f} MB/s/core")  # fmt: skip
+    print(f"contamray, 1 process end to end (read jsonl + match + fold, the match actors' and the driver's work "
+          f"without Ray), {copies}x corpus, best of 2: {streaming:.2f} s -> {stream_rate:.1f} MB/s/core")  # fmt: skip
     # one logical CPU more than match workers: the read tasks of read_by=tasks take a quarter CPU each
     ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
     rates: dict[tuple[str, int], float] = {}
@@ -675,13 +682,17 @@ def ray_scaling(
             for workers in (1, 2):
                 run_ray(records, many[: len(paths)], workers, read_by)  # warm-up: imports, worker processes
                 t1 = min(run_ray(records, many[: len(paths)], workers, read_by)[0] for _ in range(2))
-                tn, n = min(run_ray(records, many, workers, read_by) for _ in range(2))
+                scans = [run_ray(records, many, workers, read_by) for _ in range(2)]
+                if any(rows != expected for _, rows in scans):  # the same work: the same folded rows
+                    raise SystemExit(f"read_by={read_by}, {workers} worker(s): the Ray scan's folded rows differ "
+                                     "from the one-process scan's")  # fmt: skip
+                tn, n = min(t for t, _ in scans), len(expected)
                 # start-up (actor processes, index fetch, the first file) is paid once per run whatever
                 # the corpus size; the scan rate is what the other copies add
                 rate_w = rates[read_by, workers] = (copies - 1) * mb / max(tn - t1, 1e-9)
                 print(
                     f"contamray via Ray Data (read_by={read_by}: matched_stream -> driver), {workers} worker(s): "
-                    f"1x corpus {t1:.2f} s, {copies}x corpus {tn:.2f} s ({n} match rows) -> "
+                    f"1x corpus {t1:.2f} s, {copies}x corpus {tn:.2f} s ({n} folded rows, as the 1-process scan's) -> "
                     f"scan rate after start-up {rate_w:.1f} MB/s ({rate_w / workers:.1f} MB/s per worker); "
                     f"start-up about {t1 - mb / rate_w:.1f} s per run"
                 )

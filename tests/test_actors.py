@@ -48,3 +48,51 @@ def test_files_go_to_match_actors_in_groups_of_about_a_task_of_bytes():
     big = file_tasks(paths, sizes, 1)
     assert [p for group in big for p in group] == paths
     assert big == [paths[0:4], paths[4:8], ["f8"], ["f9"]]
+
+
+def test_a_task_of_files_is_folded_in_the_actor_and_the_driver_fold_gives_the_scan_of_the_whole(tmp_path):
+    """``scan_files`` (what a ``FileMatchWorker`` runs on a task's files) folds the matches of every file of its
+    task together: one output per task, however many files; cut into several outputs by ``emit_bytes``, or
+    scanned file by file, the driver's fold (``fold_stream``) gives the same rows - those of one scan of all
+    documents - and each bad row is reported once."""
+    import json
+
+    from contamray.methods.base import get_method
+    from contamray.pipeline.actors import Scanner, match_output, scan_files
+    from contamray.pipeline.corpus_scan import fold_stream
+    from contamray.records import Record
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+    records = [
+        Record(id=f"q{i}", partition="t/test", input=" ".join(words[i:] + words[:i]), label="", reference="",
+               task="question_answering", order=i)
+        for i in range(3)
+    ]
+    method = get_method("ngram_overlap")
+    cfg = method.make_config({"n": 8, "max_evidence": 2})
+    index = method.build_index(records, cfg)
+    paths, docs = [], []
+    for f in range(3):
+        path = tmp_path / f"part{f}.jsonl"
+        rows = [{"id": f"d{f}-{i}", "text": f"filler {f} {i} " + (records[(f + i) % 3].input if i % 2 else "")}
+                for i in range(4)]  # fmt: skip
+        docs += [{"doc_id": r["id"], "text": r["text"]} for r in rows]
+        path.write_text("\n".join(json.dumps(r) for r in rows) + ("\n{not json\n" if f == 1 else "\n"))
+        paths.append(str(path))
+    read = {"format": "jsonl", "text_field": "text", "id_field": "id"}
+
+    def scanned(groups: list[list[str]], emit_bytes: int) -> tuple[int, list, list]:
+        scanner = Scanner([("c", method, cfg, index)], 1 << 20)
+        outputs = [match_output(bad, res) for g in groups for bad, res in scan_files(scanner, g, read, 2, emit_bytes)]
+        folded = fold_stream(outputs, {"c": (method, cfg)})
+        return len(outputs), folded.folds["c"].rows(), folded.errors
+
+    whole = method.fold(method.match(docs, index, cfg), cfg)
+    assert whole and {r["record_id"] for r in whole} == {"q0", "q1", "q2"}
+    one_task = scanned([paths], 1 << 30)
+    assert one_task[0] == 1 and one_task[1] == whole and len(one_task[2]) == 1  # one output for three files
+    assert one_task[2][0]["error"] and "part1.jsonl" in json.dumps(one_task[2][0])
+    by_file = scanned([[p] for p in paths], 1 << 30)
+    small_emits = scanned([paths], 1)
+    assert by_file[0] == 3 and small_emits[0] > 3
+    assert by_file[1:] == small_emits[1:] == one_task[1:]

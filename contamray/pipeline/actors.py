@@ -258,22 +258,27 @@ class MatchWorker:
     def output(
         self, bad: list[dict[str, str]], results: list[tuple[str, list[dict[str, Any]], float]]
     ) -> dict[str, list[Any]]:
-        """The output rows of ``results``: one per cell (and one ``CORPUS_ERRORS`` row when ``bad``)."""
-        cells: list[str] = []
-        matches: list[bytes] = []
-        seconds: list[float] = []
-        if bad:
-            cells.append(CORPUS_ERRORS)
-            matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
-            seconds.append(0.0)
-        for cell_key, rows, spent in results:
-            cells.append(cell_key)
-            matches.append(packed_by_record(rows) if rows else b"")
-            seconds.append(spent)
-        return {
-            "cell": cells, "matches": matches, "seconds": seconds, "node": [self.node] * len(cells),
-            "actor": [self.actor] * len(cells),
-        }  # fmt: skip
+        return match_output(bad, results, self.node, self.actor)
+
+
+def match_output(
+    bad: list[dict[str, str]], results: list[tuple[str, list[dict[str, Any]], float]], node: str = "", actor: str = ""
+) -> dict[str, list[Any]]:
+    """A match actor's output rows for ``results``: one per cell (and one ``CORPUS_ERRORS`` row when ``bad``),
+    marked with the Ray ``node`` and ``actor`` that matched them."""
+    cells: list[str] = []
+    matches: list[bytes] = []
+    seconds: list[float] = []
+    if bad:
+        cells.append(CORPUS_ERRORS)
+        matches.append(pickle.dumps(bad, protocol=pickle.HIGHEST_PROTOCOL))
+        seconds.append(0.0)
+    for cell_key, rows, spent in results:
+        cells.append(cell_key)
+        matches.append(packed_by_record(rows) if rows else b"")
+        seconds.append(spent)
+    return {"cell": cells, "matches": matches, "seconds": seconds, "node": [node] * len(cells),
+            "actor": [actor] * len(cells)}  # fmt: skip
 
 
 class FileMatchWorker(MatchWorker):
@@ -285,10 +290,10 @@ class FileMatchWorker(MatchWorker):
     and matches in one process, as a scan without Ray does (``bench/open_data_scan.py``:
     ``ray_scan_efficiency``).
 
-    Its output (``MatchWorker``'s rows) comes once per file, or once per ``emit_bytes`` of text read from a
-    larger one: the batches' folded rows folded together per cell (``FOLD_CONTRACT``: a fold of folds is the
-    fold of the whole; folded again as they go past ``REFOLD_ROWS``), so the driver takes in a block per
-    file, not per batch."""
+    Its output (``MatchWorker``'s rows) comes once per task (an input row: a file or a group of files), or once
+    per ``emit_bytes`` of text read: the batches' folded rows folded together per cell across the task's files
+    (``FOLD_CONTRACT``: a fold of folds is the fold of the whole; folded again as they go past ``REFOLD_ROWS``),
+    so the driver takes in a block per task, not per file or batch (``scan_files``)."""
 
     def __init__(
         self,
@@ -304,43 +309,46 @@ class FileMatchWorker(MatchWorker):
         self.emit_bytes = max(1, emit_bytes)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:  # type: ignore[override]
-        for path in [str(p) for group in batch["path"] for p in _paths(group)]:
-            for bad, results in scan_file(self.scanner, path, self.read, self.batch_docs, self.emit_bytes):
-                yield self.output(bad, results)
+        paths = [str(p) for group in batch["path"] for p in _paths(group)]
+        for bad, results in scan_files(self.scanner, paths, self.read, self.batch_docs, self.emit_bytes):
+            yield self.output(bad, results)
 
 
 Folds = dict[str, tuple[Any, Any]]  # cell key -> (method, config): how a cell's rows are folded (Scanner.folds)
 
 
-def scan_file(
-    scanner: Scanner, path: str, read: dict[str, Any], batch_docs: int, emit_bytes: int
+def scan_files(
+    scanner: Scanner, paths: list[str], read: dict[str, Any], batch_docs: int, emit_bytes: int
 ) -> Iterator[tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]]:
-    """A ``FileMatchWorker``'s work on one file, in this process (no Ray): the file read with the corpus readers,
-    matched in batches of ``batch_docs`` documents / about the scanner's ``max_bytes`` of text, each cell's rows
-    folded; ``(bad rows, per cell (key, folded rows, seconds))`` once per ``emit_bytes`` of text and at the end of
-    the file. ``bench/open_data_scan.py`` runs it as the one-process baseline of ``ray_scan_efficiency``."""
+    """A ``FileMatchWorker``'s work on one task's files, in this process (no Ray): each file read with the corpus
+    readers, matched in batches of ``batch_docs`` documents / about the scanner's ``max_bytes`` of text, each cell's
+    rows folded across the batches and the files; ``(bad rows, per cell (key, folded rows, seconds))`` once per
+    ``emit_bytes`` of text and at the end of the files - the driver folds one output per task, not one per file
+    or batch. ``bench/open_data_scan.py`` runs it as the one-process baseline of ``ray_scan_efficiency``."""
     from contamray.corpus import read_listed_file
 
-    documents = read_listed_file(path, errors="keep", **read)
     folds = scanner.folds
     bad: list[dict[str, str]] = []
     rows: dict[str, list[dict[str, Any]]] = {key: [] for key in folds}
     spent: dict[str, float] = dict.fromkeys(folds, 0.0)
     limit = dict.fromkeys(folds, REFOLD_ROWS)
     size = 0
-    for docs in batches(documents, scanner.max_bytes, None, max_docs=batch_docs):
-        bad_rows, results = scanner.results(docs)
-        bad += bad_rows
-        for cell_key, cell_rows, seconds in results:
-            rows[cell_key] += cell_rows
-            spent[cell_key] += seconds
-            if len(rows[cell_key]) >= limit[cell_key]:  # a file copying many items: fold as it goes
-                ((_, rows[cell_key], spent[cell_key]),) = _folded(folds, {cell_key: rows[cell_key]}, spent)
-                limit[cell_key] = max(REFOLD_ROWS, 2 * len(rows[cell_key]))
-        size += sum(text_bytes(d["text"]) for d in docs)
-        if size >= emit_bytes:
-            yield bad, _folded(folds, rows, spent)
-            bad, rows, spent, size = [], {k: [] for k in folds}, dict.fromkeys(folds, 0.0), 0
+    for path in paths:
+        documents = read_listed_file(path, errors="keep", **read)
+        for docs in batches(documents, scanner.max_bytes, None, max_docs=batch_docs):
+            bad_rows, results = scanner.results(docs)
+            bad += bad_rows
+            for cell_key, cell_rows, seconds in results:
+                rows[cell_key] += cell_rows
+                spent[cell_key] += seconds
+                if len(rows[cell_key]) >= limit[cell_key]:  # files copying many items: fold as it goes
+                    ((_, rows[cell_key], spent[cell_key]),) = _folded(folds, {cell_key: rows[cell_key]}, spent)
+                    limit[cell_key] = max(REFOLD_ROWS, 2 * len(rows[cell_key]))
+            size += sum(text_bytes(d["text"]) for d in docs)
+            if size >= emit_bytes:
+                yield bad, _folded(folds, rows, spent)
+                bad, rows, spent, size = [], {k: [] for k in folds}, dict.fromkeys(folds, 0.0), 0
+                limit = dict.fromkeys(folds, REFOLD_ROWS)
     if size or bad:
         yield bad, _folded(folds, rows, spent)
 

@@ -191,11 +191,11 @@ def scan_corpus(
                 result.seconds[sc.cell.key] += float(part["seconds"])
                 matches = part["matches"]
                 packed = list(matches.folded.items()) if isinstance(matches, _Folding) else record_parts(matches)
-                _fold_into(sc, folds[sc.cell.key], packed)
+                _fold_into(sc.method, sc.cfg, folds[sc.cell.key], packed)
             result.errors.extend(stored[scan_cells[0].cell.key]["errors"])  # type: ignore[index]
             progress.update(1)
     for sc in scan_cells:
-        _fold_into(sc, folds[sc.cell.key], [], final=True)
+        _fold_into(sc.method, sc.cfg, folds[sc.cell.key], [], final=True)
         result.matches[sc.cell.key] = folds[sc.cell.key].rows()
     if result.reused:
         log.info("corpus scan: %d of %d pass(es) reused from the result store", result.reused, len(passes))
@@ -233,7 +233,7 @@ class _Folding:
             self.pending_bytes += len(blob)
         self.waiting += len(parts)
 
-    def refold(self, sc: ScanCell) -> None:
+    def refold(self, method: Any, cfg: Any) -> None:
         """The waiting rows folded into the folded rows, ``REFOLD_RECORDS`` records at a time."""
         records = sorted(self.pending)
         for start in range(0, len(records), REFOLD_RECORDS):
@@ -244,7 +244,7 @@ class _Folding:
                     group += pickle.loads(self.folded.pop(record))
                 for blob in self.pending.pop(record):
                     group += pickle.loads(blob)
-            folded = record_parts(sc.method.fold(group, sc.cfg))
+            folded = record_parts(method.fold(group, cfg))
             del group
             for record, blob in folded:
                 self.folded[record] = blob
@@ -256,7 +256,7 @@ class _Folding:
         return [row for record in sorted(self.folded) for row in pickle.loads(self.folded[record])]
 
 
-def _fold_into(sc: ScanCell, folding: _Folding, parts: Packed, final: bool = False) -> None:
+def _fold_into(method: Any, cfg: Any, folding: _Folding, parts: Packed, final: bool = False) -> None:
     """Add ``parts`` to the cell's waiting rows; fold them into its folded rows when enough wait (pieces or
     bytes, at least as many as it holds: the folds cost linear time in all) or at the end."""
     f = folding
@@ -264,7 +264,7 @@ def _fold_into(sc: ScanCell, folding: _Folding, parts: Packed, final: bool = Fal
     if f.waiting and (
         final or f.waiting >= max(REFOLD_ROWS, len(f.folded)) or f.pending_bytes >= max(REFOLD_BYTES, f.folded_bytes)
     ):
-        f.refold(sc)
+        f.refold(method, cfg)
 
 
 def gpu_share(plan: Plan, cells: list[ScanCell]) -> float:
@@ -332,10 +332,6 @@ def _stream(
         max_bytes=int(plan.ray.get("corpus_batch_bytes", DEFAULT_BATCH_BYTES)),
         placement=placement,
     )
-    by_key = {sc.cell.key: sc for sc in cells}
-    folds: dict[str, _Folding] = defaultdict(_Folding)
-    seconds: dict[str, float] = defaultdict(float)
-    errors: list[dict[str, str]] = []
     workers: dict[str, set[str]] = defaultdict(set)
 
     def placed(batches: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -344,17 +340,39 @@ def _stream(
                 workers[str(node)].add(str(actor))
             yield batch
 
-    for cell_key, blob, spent in _blobs(placed(matched.iter_batches(batch_format="numpy", batch_size=None))):
-        if cell_key == CORPUS_ERRORS:
-            errors.extend(pickle.loads(blob))
-            continue
-        seconds[cell_key] += spent
-        _fold_into(by_key[cell_key], folds[cell_key], pickle.loads(blob) if len(blob) else [])
-    out = {}
-    for key, sc in by_key.items():
-        _fold_into(sc, folds[key], [], final=True)
-        out[key] = {"matches": folds[key], "seconds": seconds[key], "errors": errors}
+    folded = fold_stream(
+        placed(matched.iter_batches(batch_format="numpy", batch_size=None)),
+        {sc.cell.key: (sc.method, sc.cfg) for sc in cells},
+    )
+    out = {key: {"matches": fold, "seconds": folded.seconds[key], "errors": folded.errors}
+           for key, fold in folded.folds.items()}  # fmt: skip
     return out, dict(workers)
+
+
+@dataclass
+class FoldedStream:
+    """A match stream folded by the driver: per cell key its folded rows (``_Folding.rows``) and seconds of
+    matching, and the stream's bad corpus rows."""
+
+    folds: dict[str, _Folding]
+    seconds: dict[str, float]
+    errors: list[dict[str, str]]
+
+
+def fold_stream(batches: Iterable[dict[str, Any]], folds: dict[str, tuple[Any, Any]]) -> FoldedStream:
+    """The driver's part of a scan: the match actors' output batches (``MatchWorker.output`` rows) folded per cell
+    as they arrive (``folds``: cell key -> (method, config)), a refold whenever enough rows wait (``_fold_into``)
+    and once at the end. ``bench/open_data_scan.py`` folds its one-process baseline's output with it too."""
+    out = FoldedStream({key: _Folding() for key in folds}, dict.fromkeys(folds, 0.0), [])
+    for cell_key, blob, spent in _blobs(batches):
+        if cell_key == CORPUS_ERRORS:
+            out.errors.extend(pickle.loads(blob))
+            continue
+        out.seconds[cell_key] += spent
+        _fold_into(*folds[cell_key], out.folds[cell_key], pickle.loads(blob) if len(blob) else [])
+    for key, (method, cfg) in folds.items():
+        _fold_into(method, cfg, out.folds[key], [], final=True)
+    return out
 
 
 def reader_of(plan: Plan, shard: Shard) -> str:

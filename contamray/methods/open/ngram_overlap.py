@@ -910,11 +910,13 @@ class _Example:
         if self.doc_cap is None:
             self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits)
         else:  # the first doc_cap documents of those held and the row's: the others can never be kept
-            docs = self.hit_docs | {str(doc) for doc in row["hit_doc"]}
+            new = set(map(str, row["hit_doc"]))
+            docs = self.hit_docs | new
             keep = set(sorted(docs)[: self.doc_cap]) if len(docs) > self.doc_cap else docs
             if not self.hit_docs <= keep:
                 self.hits = {hit for hit in self.hits if hit[1] in keep}
-            self.hits.update((grams[int(j)], doc, int(offset)) for j, doc, offset in hits if str(doc) in keep)
+            if not new.isdisjoint(keep):  # a row whose documents are all past the cap adds no hit
+                self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits if str(doc) in keep)
             self.hit_docs = keep
         self.n_docs += int(row["n_docs"])
 
