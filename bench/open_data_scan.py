@@ -667,7 +667,7 @@ def ray_scaling(
     import ray
 
     # the baseline scans the same many-copies corpus as the Ray runs (a 1x pass takes a quarter second: too
-    # short to time), doing what one match actor does (``run_streaming``)
+    # short to time), doing what the match actors and the driver do (``run_streaming``)
     copies = len(many) // len(paths)
     runs = [run_streaming(records, many) for _ in range(2)]
     streaming, expected = min(t for t, _ in runs), runs[0][1]
