@@ -17,10 +17,8 @@ ratio 0. Before the membership tests compared sampling units (``stats.clusters``
 ``synthetic_structured`` is a cluster sample of entity runs, tested as blocks of consecutive rows) they
 flagged up to 3 (lowercase), 2 on average. The sharded test flags 3 (see its test: the same three slices
 whichever shuffles and p-value; an exact test flags >= 3 of 20 with probability 0.075). Guided prompting's
-calibration on the same slices and model is ``test_null_calibration_guided.py`` (its own module, so the two
-run on different xdist workers): Algorithm 1 (exact sign flip) on the paper's 10 instances flagged 2 and left
-14 inconclusive (fewer than 5 instances whose guided and general completions differ), hence the whole 20-row
-slices there: 0 flagged, 16 clean, 4 inconclusive.
+calibration on the same slices and model, with its measured counts, is ``test_null_calibration_guided.py``
+(its own module, so the two run on different xdist workers).
 
 Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
 zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.

@@ -45,7 +45,7 @@ import ray
 from contamray.corpus import is_hub_uri
 from contamray.corpus.fingerprint import file_listing
 from contamray.methods.base import Method
-from contamray.pipeline.actors import CORPUS_ERRORS, FileMatchWorker, MatchWorker, record_parts
+from contamray.pipeline.actors import CORPUS_ERRORS, FileMatchWorker, Folds, MatchWorker, record_parts
 from contamray.pipeline.placement import cpu_work_cpus, cpu_work_options
 from contamray.pipeline.plan import RESULTS_VERSION, Cell, Plan
 from contamray.pipeline.progress import Progress
@@ -359,8 +359,8 @@ class FoldedStream:
     errors: list[dict[str, str]]
 
 
-def fold_stream(batches: Iterable[dict[str, Any]], folds: dict[str, tuple[Any, Any]]) -> FoldedStream:
-    """The driver's part of a scan: the match actors' output batches (``MatchWorker.output`` rows) folded per cell
+def fold_stream(batches: Iterable[dict[str, Any]], folds: Folds) -> FoldedStream:
+    """The driver's part of a scan: the match actors' output batches (``actors.match_output`` rows) folded per cell
     as they arrive (``folds``: cell key -> (method, config)), a refold whenever enough rows wait (``_fold_into``)
     and once at the end. ``bench/open_data_scan.py`` folds its one-process baseline's output with it too."""
     out = FoldedStream({key: _Folding() for key in folds}, dict.fromkeys(folds, 0.0), [])
@@ -478,12 +478,3 @@ def _blobs(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, bytes, floa
     for batch in batches:
         for cell_key, blob, spent in zip(batch["cell"], batch["matches"], batch["seconds"]):
             yield str(cell_key), bytes(blob), float(spent)
-
-
-def match_batches(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]], float]]:
-    """``(cell key, rows, seconds)`` from ``MatchWorker`` output batches."""
-    for cell_key, blob, spent in _blobs(batches):
-        if cell_key == CORPUS_ERRORS or not len(blob):
-            yield cell_key, (pickle.loads(blob) if len(blob) else []), spent
-        else:
-            yield cell_key, [row for _, rows in pickle.loads(blob) for row in pickle.loads(rows)], spent
