@@ -28,8 +28,9 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    corpus in batches of 256 documents, ``score`` - in one process (per-core throughput); the same files
    read, matched and folded in one process as the match actors and the driver do (``pipeline.actors.scan_files``
    whose output ``corpus_scan.fold_stream`` folds: the end-to-end rate); then through
-   Ray Data exactly as the pipeline runs it (``corpus_scan.matched_stream`` -> the driver's ``fold_stream``), with
-   match actors reading their own files (``ray.corpus_read=actors``) and fed by read tasks (``tasks``),
+   Ray exactly as the pipeline runs it (``corpus_scan.matched_stream`` -> the driver's ``fold_stream``), with
+   match actors reading their own files (``ray.corpus_read=actors``: ``pipeline.match_pool``) and fed by Ray Data
+   read tasks (``tasks``),
    1 and 2 workers each (scaling); every Ray scan's folded rows must equal the one-process scan's. A Ray run
    pays a fixed start-up (worker processes, the index fetch, the
    first file) whatever the corpus size, so the scan rate is taken from the difference between the corpus
@@ -44,8 +45,8 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    process) on the corpus and on the corpus ten times over: flat, set by the benchmark index; and
    the reference's peak RSS, which holds every corpus n-gram in a dict.
 5. **The driver under contamination**: ``pipeline/corpus_scan.scan_corpus`` (passes of 4 files, an
-   autoscaling pool of 1..2 ``MatchWorker`` actors, the result store) run from a fresh child process, the
-   Ray Data driver, whose peak RSS (``VmHWM``; ``ru_maxrss`` would include this script's own, carried
+   autoscaling pool of 1..2 match actors, the result store) run from a fresh child process, the
+   scan's driver, whose peak RSS (``VmHWM``; ``ru_maxrss`` would include this script's own, carried
    across fork + exec) is read after the scan. Benchmark: ``--rss-items`` GSM8K rows,
    uncapped ``ngram_overlap`` n=13 (a match row per copy before the fold); corpus: ``--rss-docs`` mirrored
    documents, each row appended to ``--rss-copies`` (100) of them - verbatim in all of them, or verbatim in
@@ -363,7 +364,7 @@ def run_ray(records: list[Any], paths: list[Path], workers: int, read_by: str) -
         [("bench", "gpt3_13gram", "ngram_overlap", params, index)], workers, workers, read_by=read_by,
         batch_docs=BATCH, placement={}, sizes=[p.stat().st_size for p in paths],
     )  # fmt: skip
-    folded = fold_stream(matched.iter_batches(batch_format="numpy", batch_size=None), {"bench": (method, cfg)})
+    folded = fold_stream(matched, {"bench": (method, cfg)})
     rows = folded.folds["bench"].rows()
     return time.perf_counter() - start, rows
 
@@ -496,7 +497,7 @@ def peak_rss_mb() -> float:
 def child_driver(paths: list[str], mirror: Path, n_items: int, store: Path) -> None:
     """The pipeline's scan (``pipeline/corpus_scan.scan_corpus``: passes of 4 files, read_corpus ->
     MatchWorker pool of 1..2 actors folding per batch -> this driver folding what arrives -> the result
-    store) in this fresh process, the Ray Data driver; its peak RSS and what it folded."""
+    store) in this fresh process, the scan's driver; its peak RSS and what it folded."""
     import ray
 
     from contamray.pipeline.corpus_scan import scan_corpus
@@ -691,7 +692,7 @@ def ray_scaling(
                 # the corpus size; the scan rate is what the other copies add
                 rate_w = rates[read_by, workers] = (copies - 1) * mb / max(tn - t1, 1e-9)
                 print(
-                    f"contamray via Ray Data (read_by={read_by}: matched_stream -> driver), {workers} worker(s): "
+                    f"contamray via Ray (read_by={read_by}: matched_stream -> driver), {workers} worker(s): "
                     f"1x corpus {t1:.2f} s, {copies}x corpus {tn:.2f} s ({n} folded rows, as the 1-process scan's) -> "
                     f"scan rate after start-up {rate_w:.1f} MB/s ({rate_w / workers:.1f} MB/s per worker); "
                     f"start-up about {t1 - mb / rate_w:.1f} s per run"

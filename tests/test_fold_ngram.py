@@ -175,6 +175,25 @@ def test_gpt3_frequency_limit_across_folds():
     assert (row["contaminated"], row["matched_total"], row["n_docs"], row["doc_ids"]) == (False, 0, 0, [])
 
 
+def test_a_merge_holds_no_hit_of_a_gram_past_the_frequency_limit():
+    """Folded one document at a time, the phrase's 12 documents reach the merge as 12 rows: once its gram passes
+    the limit (10), the merge drops the hits it held and keeps none of the later rows' - the driver's fold holds
+    no hit per copy of a widely copied item (and gives the fold of the whole)."""
+    method, cfg = _config("gpt3_13gram")
+    docs = [d for d in _corpus() if PHRASE in d["text"]]
+    # each document matched by a process of its own (an index counts the documents it has emitted a gram for)
+    rows = [row for d in docs for row in ngo.fold(ngo.match([d], ngo.build_index(RECORDS, cfg), cfg), cfg)]
+    assert len(rows) == 12
+    example = ngo._Example(rows[0]["partition"], limit=cfg.max_doc_frequency)
+    held = []
+    for row in rows:
+        example.add(row)
+        held.append(len(example.hits))
+    assert held[9] > 0 and held[10:] == [0, 0]
+    whole = ngo.fold(ngo.match(docs, ngo.build_index(RECORDS, cfg), cfg), cfg)
+    assert ngo.fold(rows, cfg) == whole and (whole[0]["gram_docs"], whole[0]["hit_doc"]) == ([11], [])
+
+
 def test_score_takes_match_rows_folded_rows_and_arrow_tables_alike():
     method, cfg = _config("gpt3_13gram")
     index = method.build_index(RECORDS, cfg)

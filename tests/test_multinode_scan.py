@@ -3,11 +3,11 @@
 On a ``ray.cluster_utils.Cluster``, 13-gram overlap and METEOR recall for 64 GSM8K rows scan six corpus files
 (24 MB of pages of other GSM8K problems, three planted rows), first on the head node alone, then with two more
 2-CPU nodes added. The second run starts the match pool at one actor (``ray.match_concurrency=1``) with
-its ceiling at the cluster's CPUs (``ray.match_concurrency_max=null``, the default): Ray Data's autoscaler must
-grow it, and the actors it adds land on the other nodes. Read back from Ray's state API: the run's
-``MatchWorker`` actors, more than one, on all three nodes; from the scan's log (each batch carries the node
-id of the actor that matched it): batches matched on all three. The examples and verdicts must be those of
-the single-node run, byte for byte for ``partitions.parquet``.
+its ceiling at the cluster's CPUs (``ray.match_concurrency_max=null``, the default): the match pool
+(``pipeline.match_pool``) must grow it, and the actors it adds land on the other nodes. Read back from Ray's
+state API: the run's ``MatchWorker`` actors, more than one, on all three nodes; from the scan's log (each output
+carries the node id of the actor that matched it): outputs matched on all three. The examples and verdicts must
+be those of the single-node run, byte for byte for ``partitions.parquet``.
 
 On a cluster with a GPU node, the embedding methods' matching runs in a stream of its own on actors holding a
 share of a GPU (``ray.match_gpu_share``), the other methods' on CPU actors kept off the GPU node; the results

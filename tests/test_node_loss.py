@@ -1,9 +1,10 @@
 """A worker node removed mid-scan (issue #17, item 1), on a two-node ``ray.cluster_utils.Cluster``.
 
-An open-data run (13-gram overlap for 64 GSM8K rows, six corpus files with three planted rows, small match
-batches, two match actors) starts; as soon as a ``MatchWorker`` actor is alive on the worker node, that node
-is removed (its raylet and every worker on it stop, as when a machine is lost). Ray Data restarts the lost
-actors on the head node and recomputes the lost blocks; the run must finish with the same
+An open-data run (13-gram overlap and GPT-4 substrings for 64 GSM8K rows, six corpus files of 2.3 MB with
+three planted rows, small match batches, two match actors) starts; as soon as a match actor runs a task on the
+worker node (a child process of that node's raylet titled ``ray::FileMatchWorker.scan``), that node is removed
+(its raylet and every worker on it stop, as when a machine is lost). Ray restarts the lost actor on the head
+node and retries its task; the run must finish with the same
 ``examples.parquet`` (wall-clock aside) and ``partitions.parquet`` as an undisturbed run on the same cluster.
 """
 
@@ -15,15 +16,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from ray.util.state import list_actors
+from ray._private import ray_constants
 
 from contamray.pipeline.plan import build_plan
 from contamray.pipeline.runner import load_benchmarks
 from contamray.run import run
 from tests.test_config import composed
-from tests.test_worker_loss import tables, write_corpus
+from tests.test_worker_loss import LONG_FILLER, busy_match_worker, tables, write_corpus
 
 pytestmark = pytest.mark.slow
+
+METHODS = "ngram13,gpt4_substring"  # with LONG_FILLER, ~0.2 s of matching per file: a node can be lost mid-task
 
 
 def config(
@@ -45,27 +48,26 @@ def config(
 def test_a_worker_node_removed_mid_scan_changes_nothing(ray_cluster, tmp_path, mirror_dir):
     cluster = ray_cluster
     rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
-    corpus = write_corpus(tmp_path / "corpus", rows)
+    corpus = write_corpus(tmp_path / "corpus", rows, filler=LONG_FILLER)
     worker = cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
-    run(config(tmp_path / "undisturbed", corpus, mirror_dir))
+    run(config(tmp_path / "undisturbed", corpus, mirror_dir, methods=METHODS))
+    raylet = worker.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
 
     removed: list[str] = []
 
     def remove_mid_scan() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            alive = list_actors(filters=[("state", "=", "ALIVE")], detail=True, raise_on_missing_output=False)
-            if any("MatchWorker" in (a.class_name or "") and a.node_id == worker.node_id for a in alive):
-                time.sleep(0.3)
+            if busy_match_worker(raylet) is not None:  # a match task running on the worker node
                 cluster.remove_node(worker)
                 removed.append(worker.node_id)
                 return
-            time.sleep(0.05)
+            time.sleep(0.005)
 
     thread = threading.Thread(target=remove_mid_scan)
     thread.start()
-    run(config(tmp_path / "disturbed", corpus, mirror_dir))
+    run(config(tmp_path / "disturbed", corpus, mirror_dir, methods=METHODS))
     thread.join()
     assert removed, "no match actor ran on the worker node"
     # no engine here: the open-data rows and verdicts are exact, so the tables are the same bytes
@@ -74,4 +76,5 @@ def test_a_worker_node_removed_mid_scan_changes_nothing(ray_cluster, tmp_path, m
     ).read_bytes()
     before, after = tables(tmp_path / "undisturbed")[0], tables(tmp_path / "disturbed")[0]
     pd.testing.assert_frame_equal(before, after)
-    assert after["contaminated"].astype(bool).sum() == 3
+    flagged = after.assign(c=after["contaminated"].astype(bool)).groupby("method")["c"].sum().to_dict()
+    assert flagged == {"ngram13": 3, "gpt4_substring": 3}, flagged  # the three planted rows, by both methods

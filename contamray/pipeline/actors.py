@@ -282,18 +282,17 @@ def match_output(
 
 
 class FileMatchWorker(MatchWorker):
-    """A ``MatchWorker`` that reads its own files: its input rows are file paths (``path``: one path as the
-    corpus listing gives it, or a group of them, ``corpus_scan.file_tasks``), each file read with the corpus
-    readers (``read_listed_file``: the ids and bad-row reports of ``read_corpus``) and matched in batches of
-    ``batch_docs`` documents / about ``max_bytes`` bytes of text. No read task parses the file into Arrow
-    blocks that travel through the object store and are turned back into Python strings: the actor parses
-    and matches in one process, as a scan without Ray does (``bench/open_data_scan.py``:
-    ``ray_scan_efficiency``).
+    """A ``MatchWorker`` that reads its own files: a task (``scan``) is a group of file paths as the corpus listing
+    gives them (``corpus_scan.file_tasks``), each file read with the corpus readers (``read_listed_file``: the ids
+    and bad-row reports of ``read_corpus``) and matched in batches of ``batch_docs`` documents / about
+    ``max_bytes`` bytes of text. No read task parses the file into Arrow blocks that travel through the object
+    store and are turned back into Python strings: the actor parses and matches in one process, as a scan without
+    Ray does (``bench/open_data_scan.py``: ``ray_scan_efficiency``). ``pipeline.match_pool`` runs a pool of them.
 
-    Its output (``MatchWorker``'s rows) comes once per task (an input row: a file or a group of files), or once
-    per ``emit_bytes`` of text read: the batches' folded rows folded together per cell across the task's files
-    (``FOLD_CONTRACT``: a fold of folds is the fold of the whole; folded again as they go past ``REFOLD_ROWS``),
-    so the driver takes in a block per task, not per file or batch (``scan_files``)."""
+    A task's outputs (``MatchWorker``'s rows) come once per task, or once per ``emit_bytes`` of text read: the
+    batches' folded rows folded together per cell across the task's files (``FOLD_CONTRACT``: a fold of folds is
+    the fold of the whole; folded again as they go past ``REFOLD_ROWS``), so the driver takes in a block per
+    task, not per file or batch (``scan_files``)."""
 
     def __init__(
         self,
@@ -308,10 +307,12 @@ class FileMatchWorker(MatchWorker):
         self.batch_docs = max(1, batch_docs)
         self.emit_bytes = max(1, emit_bytes)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:  # type: ignore[override]
-        paths = [str(p) for group in batch["path"] for p in _paths(group)]
-        for bad, results in scan_files(self.scanner, paths, self.read, self.batch_docs, self.emit_bytes):
-            yield self.output(bad, results)
+    def scan(self, paths: list[str]) -> list[dict[str, list[Any]]]:
+        """A task's outputs: ``paths`` read, matched and folded (``scan_files``)."""
+        return [
+            self.output(bad, results)
+            for bad, results in scan_files(self.scanner, paths, self.read, self.batch_docs, self.emit_bytes)
+        ]
 
 
 Folds = dict[str, tuple[Any, Any]]  # cell key -> (method, config): how a cell's rows are folded (Scanner.folds)
@@ -364,11 +365,6 @@ def _folded(
         folded = method.fold(cell_rows, cfg) if cell_rows else []
         out.append((cell_key, folded, spent[cell_key] + time.perf_counter() - started))
     return out
-
-
-def _paths(group: Any) -> list[Any]:
-    """An input row's ``path``: one path, or a group of paths (a list, or the array Ray Data makes of it)."""
-    return [group] if isinstance(group, str) else list(group)
 
 
 def json_default(value: Any) -> Any:

@@ -3,8 +3,10 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
 
 - **Shards and passes.** The corpus files are listed once (``corpus.fingerprint.file_listing``: path,
   size, mtime) and scanned in passes of ``ray.corpus_files_per_pass`` files in path order; a hub dataset
-  is one shard. One pass is one Ray Data stream: readers -> ``MatchWorker`` actors (an autoscaling pool of
-  ``ray.match_concurrency`` .. ``ray.match_concurrency_max`` actors, default the cluster's CPUs). A batch
+  is one shard. One pass is one stream of match actors' outputs (``matched_stream``): by default a pool of
+  ``FileMatchWorker`` actors reading their own files (``pipeline.match_pool``), else Ray Data read tasks ->
+  ``MatchWorker`` actors; either pool autoscales from ``ray.match_concurrency`` to ``ray.match_concurrency_max``
+  actors (default the cluster's CPUs). A batch
   of ``ray.corpus_batch_size`` documents is matched in pieces of about ``ray.corpus_batch_bytes`` bytes of
   text (``MatchWorker``): GPT-4 substrings hold ~42 bytes per character, so 1,024 book-length documents
   matched at once would need ~20 GB in one worker. A document longer than that is itself cut into pieces
@@ -29,7 +31,6 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -45,7 +46,8 @@ import ray
 from contamray.corpus import is_hub_uri
 from contamray.corpus.fingerprint import file_listing
 from contamray.methods.base import Method
-from contamray.pipeline.actors import CORPUS_ERRORS, FileMatchWorker, Folds, MatchWorker, record_parts
+from contamray.pipeline.actors import CORPUS_ERRORS, Folds, MatchWorker, record_parts
+from contamray.pipeline.match_pool import pooled_matches
 from contamray.pipeline.placement import cpu_work_cpus, cpu_work_options
 from contamray.pipeline.plan import RESULTS_VERSION, Cell, Plan
 from contamray.pipeline.progress import Progress
@@ -281,7 +283,7 @@ def _scan_pass(
     plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
     """``shard``'s files scanned for ``cells``: per cell key its folded rows, seconds of matching, and the pass's
-    bad corpus rows; and per Ray node id the match actors that ran there. One Ray Data stream, or two on a
+    bad corpus rows; and per Ray node id the match actors that ran there. One stream (``_stream``), or two on a
     cluster with GPUs when an embedding method is scanned: the methods that encode on GPU actors (each holding
     ``gpu_share`` of a GPU), the others on CPU actors kept off GPU nodes; each stream reads the files."""
     share = gpu_share(plan, cells)
@@ -303,8 +305,8 @@ def _scan_pass(
 def _stream(
     plan: Plan, corpus: dict[str, Any], shard: Shard, cells: list[ScanCell], share: float
 ) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
-    """One Ray Data stream over ``shard``'s files for ``cells``, matched by actors holding one CPU and ``share``
-    of a GPU (0: CPU actors, kept off GPU nodes when the cluster has CPU-only ones)."""
+    """One stream of matches over ``shard``'s files for ``cells`` (``matched_stream``), by actors holding one CPU
+    and ``share`` of a GPU (0: CPU actors, kept off GPU nodes when the cluster has CPU-only ones)."""
     low = max(1, int(plan.ray.get("match_concurrency", 1)))
     # by default as many actors as the CPUs they may use: CPU actors stay off GPU nodes when there are others
     ceiling = plan.ray.get("match_concurrency_max") or (
@@ -340,10 +342,7 @@ def _stream(
                 workers[str(node)].add(str(actor))
             yield batch
 
-    folded = fold_stream(
-        placed(matched.iter_batches(batch_format="numpy", batch_size=None)),
-        {sc.cell.key: (sc.method, sc.cfg) for sc in cells},
-    )
+    folded = fold_stream(placed(matched), {sc.cell.key: (sc.method, sc.cfg) for sc in cells})
     out = {key: {"matches": fold, "seconds": folded.seconds[key], "errors": folded.errors}
            for key, fold in folded.folds.items()}  # fmt: skip
     return out, dict(workers)
@@ -388,8 +387,8 @@ TASKS_PER_ACTOR = 4  # ... but a small pass still gives every actor of the pool 
 def file_tasks(paths: list[str], sizes: list[int] | None, actors: int) -> list[list[str]]:
     """``paths`` in consecutive groups, each one task of a match actor: files of about ``TASK_BYTES`` together
     (fewer when the pass is small: at least ``TASKS_PER_ACTOR`` tasks per actor), a larger file alone. Each
-    task costs a round trip through Ray Data's scheduler (about 45 ms on 2 cores, against the 35 ms a 1 MB
-    file takes to match: ``bench/open_data_scan.py``); a group shares it. Without ``sizes``, a file a task."""
+    task is an actor call (a few ms) and one output the driver folds (``fold_stream``: ~0.3 ms per folded row,
+    a row per example the task matched); a group shares them. Without ``sizes``, a file a task."""
     if not sizes or len(sizes) != len(paths):
         return [[p] for p in paths]
     target = max(1, min(TASK_BYTES, sum(sizes) // max(1, TASKS_PER_ACTOR * actors)))
@@ -417,42 +416,26 @@ def matched_stream(
     max_bytes: int = DEFAULT_BATCH_BYTES,
     placement: dict[str, Any] | None = None,
     sizes: list[int] | None = None,
-) -> ray.data.Dataset:
-    """The match actors' output over ``paths`` (``MatchWorker`` rows), from an autoscaling pool of
+    name: str = "corpus match",
+) -> Iterator[dict[str, Any]]:
+    """The match actors' output batches over ``paths`` (``actors.match_output`` rows), from an autoscaling pool of
     ``low`` .. ``high`` actors, each holding one CPU (and ``placement``'s resources).
 
-    ``read_by="actors"``: one input row per group of files (``file_tasks``: consecutive files of about
-    ``TASK_BYTES`` together when ``sizes`` are known, else one file a row), each read and matched by one
-    ``FileMatchWorker`` (the pool never grows past the number of groups); ``"tasks"``: Ray Data read tasks (a
-    quarter CPU each, so match actors holding every CPU cannot starve them) parse the files into blocks of
-    documents that any actor matches, in batches of ``batch_docs`` documents - more parallel within a single large file,
-    at the cost of moving every document through the object store; the pool leaves a CPU to the readers."""
+    ``read_by="actors"``: groups of files (``file_tasks``: consecutive files of about ``TASK_BYTES`` together when
+    ``sizes`` are known, else one file a group), each read and matched by one ``FileMatchWorker`` of a
+    ``match_pool`` (which never grows past the number of groups); ``"tasks"``: Ray Data read tasks (a quarter CPU
+    each, so match actors holding every CPU cannot starve them) parse the files into blocks of documents that
+    any ``MatchWorker`` of a Ray Data actor pool matches, in batches of ``batch_docs`` documents - more parallel
+    within a single large file, at the cost of moving every document through the object store; the pool leaves
+    a CPU to the readers."""
     from contamray.corpus import read_corpus
 
     options = {"format": corpus.get("format", "auto"), "text_field": corpus.get("text_field", "text"),
                "id_field": corpus.get("id_field")}  # fmt: skip
     placement = cpu_work_options() if placement is None else placement
     if read_by == "actors":
-        tasks = file_tasks(paths, sizes, high)
-        high = max(1, min(high, len(tasks)))
-        files = ray.data.from_items([{"path": group} for group in tasks], override_num_blocks=max(1, len(tasks)))
-        # one file in flight per actor (below), so the pool grows once every actor is busy while files wait: Ray
-        # Data's default threshold (1.75 tasks per actor) needs tasks queued on actors, which never happens here
-        files.context.autoscaling_config = dataclasses.replace(
-            files.context.autoscaling_config, actor_pool_util_upscaling_threshold=1.0
-        )
-        return files.map_batches(
-            FileMatchWorker,
-            fn_constructor_kwargs={"indexes": indexes, "max_bytes": max_bytes, "read": options,
-                                   "batch_docs": batch_docs},  # fmt: skip
-            # one file at a time per actor: a file queued behind another on a busy actor would wait there while
-            # an actor the pool just added sits idle
-            compute=ray.data.ActorPoolStrategy(min_size=min(low, high), max_size=high, max_tasks_in_flight_per_actor=1),
-            batch_size=1,
-            batch_format="numpy",
-            num_cpus=1,
-            **placement,
-        )
+        worker = {"indexes": indexes, "max_bytes": max_bytes, "read": options, "batch_docs": batch_docs}
+        return pooled_matches(file_tasks(paths, sizes, high), worker, low, high, placement, name=name)
     # read tasks need a quarter CPU each: a pool holding every CPU it may use would wait for them forever
     high = max(1, min(high, int(cpu_work_cpus() or 2) - 1))
     low = min(low, high)
@@ -462,7 +445,7 @@ def matched_stream(
         errors="keep",  # bad rows travel to the driver, which lists them (a worker's log can be lost)
         ray_remote_args={"num_cpus": 0.25, **cpu_work_options()},
     )
-    return ds.map_batches(
+    matched = ds.map_batches(
         MatchWorker,
         # a worker matches a batch in pieces of about max_bytes of text: its memory follows the bytes
         fn_constructor_kwargs={"indexes": indexes, "max_bytes": max_bytes},
@@ -472,6 +455,7 @@ def matched_stream(
         num_cpus=1,
         **placement,
     )
+    return matched.iter_batches(batch_format="numpy", batch_size=None)
 
 
 def _blobs(batches: Iterable[dict[str, Any]]) -> Iterator[tuple[str, bytes, float]]:

@@ -898,16 +898,29 @@ class _Example:
     # more), so the merge holds O(max_evidence) documents' hits per example however many rows it adds
     doc_cap: int | None = None
     hit_docs: set[str] = field(default_factory=set)
+    # with max_doc_frequency: a gram past it is dropped by ``row`` (and document counts only grow), so its hits are
+    # not kept as rows come in - an example copied into thousands of documents holds no hit per copy
+    limit: int | None = None
 
     def add(self, row: dict[str, Any]) -> None:
         """Add a folded row: gram documents add up (the rows' documents differ, ``FOLD_CONTRACT``)."""
         grams = [(int(n), int(h)) for n, h in zip(row["gram_len"], row["gram_hash"], strict=True)]
+        crossed = set()
         for gram, bits, docs in zip(grams, row["gram_regions"], row["gram_docs"], strict=True):
             self.regions[gram] = self.regions.get(gram, 0) | int(bits)
-            self.docs[gram] = self.docs.get(gram, 0) + int(docs)
+            before = self.docs.get(gram, 0)
+            self.docs[gram] = before + int(docs)
+            if self.limit is not None and before <= self.limit < self.docs[gram]:
+                crossed.add(gram)
         self.texts.update((grams[int(j)], str(text)) for j, text in zip(row["text_gram"], row["text"], strict=True))
         hits = zip(row["hit_gram"], row["hit_doc"], row["hit_offset"], strict=True)
-        if self.doc_cap is None:
+        if self.limit is not None:
+            if crossed:
+                self.hits = {hit for hit in self.hits if hit[0] not in crossed}
+            limit, counts = self.limit, self.docs
+            kept = [(grams[int(j)], doc, offset) for j, doc, offset in hits if counts[grams[int(j)]] <= limit]
+            self.hits.update((gram, str(doc), int(offset)) for gram, doc, offset in kept)
+        elif self.doc_cap is None:  # neither bound: every hit
             self.hits.update((grams[int(j)], str(doc), int(offset)) for j, doc, offset in hits)
         else:  # the first doc_cap documents of those held and the row's: the others can never be kept
             new = set(map(str, row["hit_doc"]))
@@ -957,7 +970,7 @@ def _merge(folded: list[dict[str, Any]], cfg: NGramOverlapConfig) -> list[dict[s
     for row in folded:
         key = _row_key(row)
         if key not in examples:
-            examples[key] = _Example(row.get("partition"), doc_cap=cap)
+            examples[key] = _Example(row.get("partition"), doc_cap=cap, limit=cfg.max_doc_frequency)
         examples[key].add(row)
     return [{**examples[key].row(key[0], cfg), "template": key[1]} for key in sorted(examples)]
 

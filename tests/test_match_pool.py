@@ -1,0 +1,111 @@
+"""The match pool of a corpus pass (``pipeline.match_pool``): Ray actors reading their own files, fed by ``ray.wait``.
+
+On a local Ray with 2 CPUs: a pool started at one actor grows to two while files wait (each task made to last a
+second, longer than an actor takes to start, as a real corpus file does), and its outputs, folded by
+the driver's ``fold_stream``, equal the one-process scan of the same files (``scan_files``); a file on which the
+actor's process dies every time (a real ``os._exit`` in the actor, as an out-of-memory kill does) is retried,
+then reported as failed corpus rows naming it, and the other files' matches are all there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from contamray.methods.base import get_method
+from contamray.pipeline.actors import FileMatchWorker, Scanner, match_output, scan_files
+from contamray.pipeline.corpus_scan import fold_stream
+from contamray.pipeline.match_pool import TASK_RETRIES, pooled_matches
+from contamray.records import Record
+
+pytestmark = pytest.mark.slow
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+READ = {"format": "jsonl", "text_field": "text", "id_field": "id"}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def records() -> list[Record]:
+    return [
+        Record(id=f"q{i}", partition="t/test", input=" ".join(f"{w}{i}" for w in WORDS), label="", reference="",
+               task="question_answering", order=i)
+        for i in range(6)
+    ]  # fmt: skip
+
+
+def corpus(folder: Path, files: int) -> list[str]:
+    """``files`` JSONL files of 200 filler documents; file f plants record f % 6 once."""
+    rows = records()
+    paths = []
+    for f in range(files):
+        docs = [{"id": f"d{f}-{i}", "text": f"filler text {f} {i} " * 20} for i in range(200)]
+        docs.append({"id": f"d{f}-plant", "text": f"page {f}: {rows[f % 6].input} end"})
+        path = folder / f"part-{f:02d}.jsonl"
+        path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+        paths.append(str(path))
+    return paths
+
+
+def setup(tmp_path: Path, files: int):
+    method = get_method("ngram_overlap")
+    cfg = method.make_config({"n": 8})
+    index = method.build_index(records(), cfg)
+    worker = {"indexes": [("c", "ngram8", "ngram_overlap", {"n": 8}, ray.put(index))], "read": READ, "batch_docs": 50}
+    return method, cfg, index, worker, corpus(tmp_path, files)
+
+
+def test_the_pool_grows_from_one_actor_and_gives_the_one_process_scan(local_ray, tmp_path: Path) -> None:
+    method, cfg, index, worker, paths = setup(tmp_path, 12)
+
+    class Slow(FileMatchWorker):  # a task outlasts an actor's start, as a real corpus file does
+        def scan(self, files: list[str]):  # type: ignore[override]
+            time.sleep(1.0)
+            return super().scan(files)
+
+    outputs = list(pooled_matches([[p] for p in paths], worker, 1, 2, {}, worker_class=Slow))
+    actors = {a for out in outputs for a in out["actor"]}
+    assert len(outputs) == 12 and len(actors) == 2, actors  # grown from one actor to two
+    pooled = fold_stream(outputs, {"c": (method, cfg)})
+    alone = [match_output(b, r) for b, r in scan_files(Scanner([("c", method, cfg, index)], 1 << 24), paths, READ, 50,
+                                                        1 << 30)]  # fmt: skip
+    expected = fold_stream(alone, {"c": (method, cfg)})
+    assert pooled.folds["c"].rows() == expected.folds["c"].rows()
+    assert {r["record_id"] for r in expected.folds["c"].rows()} == {f"q{i}" for i in range(6)}
+    assert pooled.errors == expected.errors == []
+
+
+def test_a_file_that_kills_its_actor_every_time_is_reported_failed_and_the_rest_is_scanned(
+    local_ray, tmp_path: Path
+) -> None:
+    method, cfg, _, worker, paths = setup(tmp_path, 6)
+    poison = paths[2]
+    tries = tmp_path / "tries"
+
+    class Dying(FileMatchWorker):
+        def scan(self, files: list[str]):  # type: ignore[override]
+            if poison in files:
+                with open(tries, "a") as f:
+                    f.write("x")
+                os._exit(1)  # the worker process dies, as when the kernel kills it for memory
+            return super().scan(files)
+
+    outputs = list(pooled_matches([[p] for p in paths], worker, 2, 2, {}, worker_class=Dying))
+    folded = fold_stream(outputs, {"c": (method, cfg)})
+    assert tries.read_text() == "x" * (TASK_RETRIES + 1)  # tried, retried on restarted actors, then given up
+    (failed,) = folded.errors
+    assert failed["where"] == poison and "died" in failed["error"]
+    found = {r["record_id"] for r in folded.folds["c"].rows()}
+    assert found == {f"q{i}" for i in (0, 1, 3, 4, 5)}  # every other file's planted record
