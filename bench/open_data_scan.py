@@ -51,7 +51,7 @@ What is measured (issues 4 and 16, "Benchmark"), on one machine and one corpus, 
    uncapped ``ngram_overlap`` n=13 (a match row per copy before the fold); corpus: ``--rss-docs`` mirrored
    documents, each row appended to ``--rss-copies`` (100) of them - verbatim in all of them, or verbatim in
    one and with its words shuffled in the rest (same bytes, no match). The ratio of the two peaks is
-   ``driver_rss_ratio_100x_matches``.
+   ``driver_rss_ratio_100x_matches``. ``--rss-only`` runs just this part.
 
 The corpus of 1-4 is mirrored benchmark text (XSum articles, AG News, IMDB reviews, SAMSum dialogues)
 with 200 GSM8K, ARC, MMLU and TruthfulQA items planted verbatim, written as jsonl shards. The last lines
@@ -546,6 +546,8 @@ def main() -> None:
     parser.add_argument("--rss-copies", type=int, default=RSS_COPIES, help="copies of each row in its dirty corpus")
     parser.add_argument("--ray-only", action="store_true",
                         help="only the Ray scan rates and ray_scan_efficiency (no reference tools, no memory runs)")
+    parser.add_argument("--rss-only", action="store_true",
+                        help="only driver_rss_ratio_<copies>x_matches (the driver's memory under contamination)")
     parser.add_argument("--child-scan", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-reference", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child-datatrove", default="", help=argparse.SUPPRESS)
@@ -572,6 +574,9 @@ def main() -> None:
 
 def run(mirror: Path, args: argparse.Namespace, work: Path) -> None:
     """The whole benchmark (see the module docstring); corpus files go under ``work``."""
+    if args.rss_only:
+        print(f"driver_rss_ratio_{args.rss_copies}x_matches: {driver_rss(mirror, args, work):.3f}")
+        return
     records = benchmark_records(mirror)
     paths, planted = build_corpus(mirror, records, args.mb, work / "x1", copies=1)
     paths10, _ = build_corpus(mirror, records, args.mb, work / "x10", copies=10)
