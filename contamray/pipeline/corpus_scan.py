@@ -416,7 +416,6 @@ def matched_stream(
     max_bytes: int = DEFAULT_BATCH_BYTES,
     placement: dict[str, Any] | None = None,
     sizes: list[int] | None = None,
-    name: str = "corpus match",
 ) -> Iterator[dict[str, Any]]:
     """The match actors' output batches over ``paths`` (``actors.match_output`` rows), from an autoscaling pool of
     ``low`` .. ``high`` actors, each holding one CPU (and ``placement``'s resources).
@@ -435,7 +434,7 @@ def matched_stream(
     placement = cpu_work_options() if placement is None else placement
     if read_by == "actors":
         worker = {"indexes": indexes, "max_bytes": max_bytes, "read": options, "batch_docs": batch_docs}
-        return pooled_matches(file_tasks(paths, sizes, high), worker, low, high, placement, name=name)
+        return pooled_matches(file_tasks(paths, sizes, high), worker, low, high, placement)
     # read tasks need a quarter CPU each: a pool holding every CPU it may use would wait for them forever
     high = max(1, min(high, int(cpu_work_cpus() or 2) - 1))
     low = min(low, high)
