@@ -1,7 +1,7 @@
 """The match pool of a corpus pass (``pipeline.match_pool``): Ray actors reading their own files, fed by ``ray.wait``.
 
-On a local Ray with 2 CPUs: a pool started at one actor grows to two while files wait (each task made to last a
-second, longer than an actor takes to start, as a real corpus file does), and its outputs, folded by
+On a local Ray with 2 CPUs: a pool started at one actor grows to two while files wait (each task made to last until
+a second actor has started, as a large corpus file outlasts an actor's start), and its outputs, folded by
 the driver's ``fold_stream``, equal the one-process scan of the same files (``scan_files``); a file on which the
 actor's process dies every time (a real ``os._exit`` in the actor, as an out-of-memory kill does) is retried,
 then reported as failed corpus rows naming it, and the other files' matches are all there.
@@ -13,6 +13,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
@@ -70,9 +71,21 @@ def setup(tmp_path: Path, files: int):
 def test_the_pool_grows_from_one_actor_and_gives_the_one_process_scan(local_ray, tmp_path: Path) -> None:
     method, cfg, index, worker, paths = setup(tmp_path, 12)
 
-    class Slow(FileMatchWorker):  # a task outlasts an actor's start, as a real corpus file does
+    started = tmp_path / "started"
+    started.mkdir()
+
+    class Slow(FileMatchWorker):
+        """Its tasks last until a second actor has started (at most 2 minutes), as a large corpus file outlasts an
+        actor's start: a pool that never grows fails the test, however slow the machine."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            (started / self.actor).touch()
+
         def scan(self, files: list[str]):  # type: ignore[override]
-            time.sleep(1.0)
+            deadline = time.monotonic() + 120
+            while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
             return super().scan(files)
 
     outputs = list(pooled_matches([[p] for p in paths], worker, 1, 2, {}, worker_class=Slow))
