@@ -390,8 +390,7 @@ def run_streaming(records: list[Any], paths: list[Path]) -> tuple[float, list[di
     scanner = Scanner([("bench", method, cfg, method.build_index(records, cfg))], DEFAULT_BATCH_BYTES)
     read = {"format": "jsonl", "text_field": "text", "id_field": "id"}
     start = time.perf_counter()
-    scanned = (match_output(bad, results) for bad, results in scan_files(scanner, [str(p) for p in paths], read, BATCH,
-                                                                     256 << 20))  # fmt: skip
+    scanned = (match_output(bad, results) for bad, results in scan_files(scanner, [str(p) for p in paths], read, BATCH))
     rows = fold_stream(scanned, {"bench": (method, cfg)}).folds["bench"].rows()
     return time.perf_counter() - start, rows
 

@@ -21,6 +21,7 @@ import json
 import pickle
 import time
 import traceback
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -282,17 +283,18 @@ def match_output(
 
 
 class FileMatchWorker(MatchWorker):
-    """A ``MatchWorker`` that reads its own files: a task (``scan``) is a group of file paths as the corpus listing
-    gives them (``corpus_scan.file_tasks``), each file read with the corpus readers (``read_listed_file``: the ids
-    and bad-row reports of ``read_corpus``) and matched in batches of ``batch_docs`` documents / about
-    ``max_bytes`` bytes of text. No read task parses the file into Arrow blocks that travel through the object
-    store and are turned back into Python strings: the actor parses and matches in one process, as a scan without
-    Ray does (``bench/open_data_scan.py``: ``ray_scan_efficiency``). ``pipeline.match_pool`` runs a pool of them.
+    """A ``MatchWorker`` that reads its own files: a task is a group of file paths as the corpus listing gives them
+    (``corpus_scan.file_tasks``), each file read with the corpus readers (``read_listed_file``: the ids and bad-row
+    reports of ``read_corpus``) and matched in batches of ``batch_docs`` documents / about ``max_bytes`` bytes of
+    text. No read task parses the file into Arrow blocks that travel through the object store and are turned back
+    into Python strings: the actor parses and matches in one process, as a scan without Ray does
+    (``bench/open_data_scan.py``: ``ray_scan_efficiency``). ``pipeline.match_pool`` runs a pool of them.
 
-    A task's outputs (``MatchWorker``'s rows) come once per task, or once per ``emit_bytes`` of text read: the
-    batches' folded rows folded together per cell across the task's files (``FOLD_CONTRACT``: a fold of folds is
-    the fold of the whole; folded again as they go past ``REFOLD_ROWS``), so the driver takes in a block per
-    task, not per file or batch (``scan_files``)."""
+    The combine happens here: ``scan_into`` folds a task's matches into what the actor holds from its earlier tasks
+    (``Held``: per cell a few rows per example, ``FOLD_CONTRACT``: a fold of folds is the fold of the whole), and
+    ``flush`` hands it over as one output (``MatchWorker``'s rows) at the end of a pass - the driver folds one
+    output per actor, not one per task or file. Both return the actor's ``incarnation``, new in every process
+    Ray starts for it: a restarted actor holds nothing of what it folded before, and the pool sees it."""
 
     def __init__(
         self,
@@ -300,58 +302,83 @@ class FileMatchWorker(MatchWorker):
         max_bytes: int = 16 << 20,
         read: dict[str, Any] | None = None,
         batch_docs: int = 256,
-        emit_bytes: int = 256 << 20,
     ) -> None:
         super().__init__(indexes, max_bytes)
         self.read = dict(read or {})
         self.batch_docs = max(1, batch_docs)
-        self.emit_bytes = max(1, emit_bytes)
+        self.held = Held(self.scanner.folds)
+        self.incarnation = uuid.uuid4().hex
 
-    def scan(self, paths: list[str]) -> list[dict[str, list[Any]]]:
-        """A task's outputs: ``paths`` read, matched and folded (``scan_files``)."""
-        return [
-            self.output(bad, results)
-            for bad, results in scan_files(self.scanner, paths, self.read, self.batch_docs, self.emit_bytes)
-        ]
+    def scan_into(self, paths: list[str]) -> str:
+        """``paths`` read, matched and folded into what this actor holds (``scan_files``); its incarnation."""
+        for bad, results in scan_files(self.scanner, paths, self.read, self.batch_docs):
+            self.held.add(bad, results)
+        return self.incarnation
+
+    def flush(self) -> tuple[str, list[dict[str, list[Any]]]]:
+        """Its incarnation and what it holds as one output (then held no more)."""
+        return self.incarnation, [self.output(*self.held.take())]
 
 
 Folds = dict[str, tuple[Any, Any]]  # cell key -> (method, config): how a cell's rows are folded (Scanner.folds)
+Results = list[tuple[str, list[dict[str, Any]], float]]  # per cell: (key, folded rows, seconds of match and fold)
+
+
+class Held:
+    """Folded rows per cell gathered over batches (or tasks), the seconds they cost and the bad corpus rows. A
+    batch's rows are appended and a cell's rows folded again once they double (``REFOLD_ROWS`` at least): the
+    fold's cost stays linear in what is added, and what is held stays a few rows per example."""
+
+    def __init__(self, folds: Folds) -> None:
+        self.folds = folds
+        self._reset()
+
+    def _reset(self) -> None:
+        self.bad: list[dict[str, str]] = []
+        self.rows: dict[str, list[dict[str, Any]]] = {key: [] for key in self.folds}
+        self.spent: dict[str, float] = dict.fromkeys(self.folds, 0.0)
+        self.limit: dict[str, int] = dict.fromkeys(self.folds, REFOLD_ROWS)
+
+    def add(self, bad: list[dict[str, str]], results: Results) -> None:
+        self.bad += bad
+        for cell_key, cell_rows, seconds in results:
+            self.rows[cell_key] += cell_rows
+            self.spent[cell_key] += seconds
+            if len(self.rows[cell_key]) >= self.limit[cell_key]:  # files copying many items: fold as it goes
+                ((_, self.rows[cell_key], self.spent[cell_key]),) = _folded(
+                    self.folds, {cell_key: self.rows[cell_key]}, self.spent
+                )
+                self.limit[cell_key] = max(REFOLD_ROWS, 2 * len(self.rows[cell_key]))
+
+    def take(self) -> tuple[list[dict[str, str]], Results]:
+        """The bad rows and, per cell, the rows held folded together; nothing is held after."""
+        out = self.bad, _folded(self.folds, self.rows, self.spent)
+        self._reset()
+        return out
 
 
 def scan_files(
-    scanner: Scanner, paths: list[str], read: dict[str, Any], batch_docs: int, emit_bytes: int
-) -> Iterator[tuple[list[dict[str, str]], list[tuple[str, list[dict[str, Any]], float]]]]:
-    """A ``FileMatchWorker``'s work on one task's files, in this process (no Ray): each file read with the corpus
-    readers, matched in batches of ``batch_docs`` documents / about the scanner's ``max_bytes`` of text, each cell's
-    rows folded across the batches and the files; ``(bad rows, per cell (key, folded rows, seconds))`` once per
-    ``emit_bytes`` of text and at the end of the files - the driver folds one output per task, not one per file
-    or batch. ``bench/open_data_scan.py`` runs it as the one-process baseline of ``ray_scan_efficiency``."""
+    scanner: Scanner, paths: list[str], read: dict[str, Any], batch_docs: int, emit_bytes: int | None = None
+) -> Iterator[tuple[list[dict[str, str]], Results]]:
+    """A task's files in this process (no Ray): each file read with the corpus readers, matched in batches of
+    ``batch_docs`` documents / about the scanner's ``max_bytes`` of text, each cell's rows folded across the batches
+    and the files (``Held``); ``(bad rows, per cell (key, folded rows, seconds))`` at the end of the files, and once
+    per ``emit_bytes`` of text when given. ``FileMatchWorker.scan_into`` runs it; ``bench/open_data_scan.py`` runs
+    it as the one-process baseline of ``ray_scan_efficiency``."""
     from contamray.corpus import read_listed_file
 
-    folds = scanner.folds
-    bad: list[dict[str, str]] = []
-    rows: dict[str, list[dict[str, Any]]] = {key: [] for key in folds}
-    spent: dict[str, float] = dict.fromkeys(folds, 0.0)
-    limit = dict.fromkeys(folds, REFOLD_ROWS)
+    held = Held(scanner.folds)
     size = 0
     for path in paths:
         documents = read_listed_file(path, errors="keep", **read)
         for docs in batches(documents, scanner.max_bytes, None, max_docs=batch_docs):
-            bad_rows, results = scanner.results(docs)
-            bad += bad_rows
-            for cell_key, cell_rows, seconds in results:
-                rows[cell_key] += cell_rows
-                spent[cell_key] += seconds
-                if len(rows[cell_key]) >= limit[cell_key]:  # files copying many items: fold as it goes
-                    ((_, rows[cell_key], spent[cell_key]),) = _folded(folds, {cell_key: rows[cell_key]}, spent)
-                    limit[cell_key] = max(REFOLD_ROWS, 2 * len(rows[cell_key]))
+            held.add(*scanner.results(docs))
             size += sum(text_bytes(d["text"]) for d in docs)
-            if size >= emit_bytes:
-                yield bad, _folded(folds, rows, spent)
-                bad, rows, spent, size = [], {k: [] for k in folds}, dict.fromkeys(folds, 0.0), 0
-                limit = dict.fromkeys(folds, REFOLD_ROWS)
-    if size or bad:
-        yield bad, _folded(folds, rows, spent)
+            if emit_bytes is not None and size >= emit_bytes:
+                yield held.take()
+                size = 0
+    if size or held.bad:
+        yield held.take()
 
 
 def _folded(

@@ -14,8 +14,10 @@ folded where the data is and stored as it goes, so a scan resumes where it stopp
   is lost or counted twice (``contamray.corpus.pieces``).
 - **Fold where the data is.** A match actor folds the rows its method's ``match`` gives for a batch
   (``Method.fold``, ``methods/open/common.FOLD_CONTRACT``): per example a few rows (counts as numbers, the
-  first ``max_evidence`` documents as evidence), whatever the number of corpus copies, and sends them
-  pickled per record. The driver files them by record, still pickled, and folds them into what it holds
+  first ``max_evidence`` documents as evidence), whatever the number of corpus copies, folds its batches and
+  tasks together as it goes (``actors.FileMatchWorker``: one output per actor and pass, ``pipeline.match_pool``;
+  a Ray Data ``MatchWorker``, fed by read tasks: one per batch), and sends them pickled per record. The driver
+  files them by record, still pickled, and folds them into what it holds
   once they weigh as much (``_Folding``: a few records at a time, so the fold's working structures never
   exist for every example at once): it holds O(benchmark examples) per cell, never O(matches).
 - **Resume mid-corpus.** When a pass ends, each cell's folded rows for it are written to the result store
@@ -387,8 +389,8 @@ TASKS_PER_ACTOR = 4  # ... but a small pass still gives every actor of the pool 
 def file_tasks(paths: list[str], sizes: list[int] | None, actors: int) -> list[list[str]]:
     """``paths`` in consecutive groups, each one task of a match actor: files of about ``TASK_BYTES`` together
     (fewer when the pass is small: at least ``TASKS_PER_ACTOR`` tasks per actor), a larger file alone. Each
-    task is an actor call (a few ms) and one output the driver folds (``fold_stream``: ~0.3 ms per folded row,
-    a row per example the task matched); a group shares them. Without ``sizes``, a file a task."""
+    task is an actor call (~1-2 ms) and a fold into what its actor holds; a group shares them, and four tasks per
+    actor keep the pool's tail short. Without ``sizes``, a file a task."""
     if not sizes or len(sizes) != len(paths):
         return [[p] for p in paths]
     target = max(1, min(TASK_BYTES, sum(sizes) // max(1, TASKS_PER_ACTOR * actors)))

@@ -101,6 +101,13 @@ class Progress:
         rate = self.rate
         return max(0, self.total - self.done) / rate if rate > 0 else None
 
+    def grow(self, n: int) -> None:
+        """``n`` more items to do than counted at the start (work lost and done again)."""
+        self.total += int(n)
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def update(self, n: int, tokens: int = 0) -> None:
         self.done += int(n)
         self.tokens += int(tokens)
