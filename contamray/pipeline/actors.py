@@ -310,8 +310,8 @@ class FileMatchWorker(MatchWorker):
         self.incarnation = uuid.uuid4().hex
 
     def scan_into(self, paths: list[str]) -> str:
-        """``paths`` read, matched and folded into what this actor holds (``scan_files``); its incarnation."""
-        for bad, results in scan_files(self.scanner, paths, self.read, self.batch_docs):
+        """``paths`` read, matched and folded into what this actor holds, batch by batch; its incarnation."""
+        for bad, results, _ in scan_batches(self.scanner, paths, self.read, self.batch_docs):
             self.held.add(bad, results)
         return self.incarnation
 
@@ -363,22 +363,33 @@ def scan_files(
     """A task's files in this process (no Ray): each file read with the corpus readers, matched in batches of
     ``batch_docs`` documents / about the scanner's ``max_bytes`` of text, each cell's rows folded across the batches
     and the files (``Held``); ``(bad rows, per cell (key, folded rows, seconds))`` at the end of the files, and once
-    per ``emit_bytes`` of text when given. ``FileMatchWorker.scan_into`` runs it; ``bench/open_data_scan.py`` runs
-    it as the one-process baseline of ``ray_scan_efficiency``."""
-    from contamray.corpus import read_listed_file
-
+    per ``emit_bytes`` of text when given - what a ``FileMatchWorker`` does with its tasks (``scan_into`` folds each
+    batch straight into what it holds); ``bench/open_data_scan.py`` runs it as the one-process baseline of
+    ``ray_scan_efficiency``."""
     held = Held(scanner.folds)
     size = 0
+    for bad, results, nbytes in scan_batches(scanner, paths, read, batch_docs):
+        held.add(bad, results)
+        size += nbytes
+        if emit_bytes is not None and size >= emit_bytes:
+            yield held.take()
+            size = 0
+    if size or held.bad:
+        yield held.take()
+
+
+def scan_batches(
+    scanner: Scanner, paths: list[str], read: dict[str, Any], batch_docs: int
+) -> Iterator[tuple[list[dict[str, str]], Results, int]]:
+    """``paths`` read with the corpus readers and matched in batches of ``batch_docs`` documents / about the
+    scanner's ``max_bytes`` of text: per batch its bad rows, its rows folded per cell and its bytes of text."""
+    from contamray.corpus import read_listed_file
+
     for path in paths:
         documents = read_listed_file(path, errors="keep", **read)
         for docs in batches(documents, scanner.max_bytes, None, max_docs=batch_docs):
-            held.add(*scanner.results(docs))
-            size += sum(text_bytes(d["text"]) for d in docs)
-            if emit_bytes is not None and size >= emit_bytes:
-                yield held.take()
-                size = 0
-    if size or held.bad:
-        yield held.take()
+            bad, results = scanner.results(docs)
+            yield bad, results, sum(text_bytes(d["text"]) for d in docs)
 
 
 def _folded(
