@@ -60,6 +60,7 @@ MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
 DEPLOY_TIMEOUT_S = 1800.0  # serve.deploy_timeout_s: a replica not up by then (no resources) stops the run
 WAIT_LOG_S = 30.0  # how often a deployment that is not up yet says why
 STATUS_POLL_S = 0.5  # how often a deployment that is not up yet is looked at
+PLACE_WAIT_S = 10.0  # how long a deployment just started may take to show its replicas' resources as taken
 
 
 class EngineReplica:
@@ -166,11 +167,27 @@ class Hosted:
     holders: set[str] = field(default_factory=set)  # runs holding it
     busy: int = 0  # passes using it right now
     last_used: float = 0.0
+    ready: threading.Event = field(default_factory=threading.Event)  # up (or its deployment failed: ``error``)
+    error: BaseException | None = None
+    placed: bool = True  # its replicas hold their resources (a deployment just started may not show yet)
+    since: float = 0.0  # when its deployment started (perf_counter)
+
+    def wait(self) -> None:
+        """Until the application is up; a deployment that failed raises its error (in every waiting run)."""
+        self.ready.wait()
+        if self.error is not None:
+            raise DeployError(str(self.error)) from self.error
 
 
 @dataclass
 class Hosts:
-    """The engine applications this process uses; one registry per process (``HOSTS``)."""
+    """The engine applications this process uses; one registry per process (``HOSTS``).
+
+    Deployments start under ``deploy_lock`` (what to evict, what to deploy) and load outside it, so the
+    models of a run (a zoo's targets, a judge, a reference model) load side by side when the cluster has
+    room for them: a run's start-up is its slowest model's load, not the sum of them all. A stage that
+    needs a model another stage is deploying waits for that deployment (``Hosted.wait``).
+    """
 
     apps: dict[str, Hosted] = field(default_factory=dict)
     loads: dict[str, int] = field(default_factory=dict)  # deployments made by this process, per application
@@ -179,15 +196,45 @@ class Hosts:
     count_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold(self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]) -> str:
-        """The application of ``pool``, deployed if it is not up; ``run`` holds it until ``release``."""
-        app = app_name(pool)
+        """The application of ``pool``, up (deployed if it is not); ``run`` holds it until ``release``."""
         with self.deploy_lock:
-            self._follow_session()
-            hosted = self.apps.get(app)
-            if hosted is None or app not in running_apps():
-                hosted = self._deploy(app, pool, serve_cfg, ray_cfg, reuse=hosted is None)
-            hosted.holders.add(run)
-            return app
+            hosted, deploying = self._claim(run, pool, serve_cfg, ray_cfg)
+        self._until_up(hosted, deploying, serve_cfg)
+        return hosted.app
+
+    def _claim(
+        self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]
+    ) -> tuple[Hosted, bool]:
+        """(``pool``'s application, held by ``run``; whether this call started its deployment - the caller
+        then waits for it: ``_until_up``). Under ``deploy_lock``."""
+        app = app_name(pool)
+        self._follow_session()
+        hosted = self.apps.get(app)
+        deploying = False
+        if hosted is None or (hosted.ready.is_set() and app not in running_apps()):
+            hosted, deploying = self._start(app, pool, serve_cfg, ray_cfg, reuse=hosted is None)
+        hosted.holders.add(run)
+        return hosted, deploying
+
+    def _until_up(self, hosted: Hosted, deploying: bool, serve_cfg: dict[str, Any]) -> None:
+        """Wait for ``hosted`` to be up: the caller that started its deployment polls Serve (outside the
+        deploy lock, so other models deploy meanwhile), every other caller waits for it."""
+        if not deploying:
+            hosted.wait()
+            return
+        try:
+            _wait_running(hosted.app, hosted.pool, float(serve_cfg.get("deploy_timeout_s", DEPLOY_TIMEOUT_S)))
+        except BaseException as err:
+            hosted.error = err
+            with self.count_lock:
+                if self.apps.get(hosted.app) is hosted:
+                    del self.apps[hosted.app]
+            raise
+        finally:
+            hosted.placed = True
+            hosted.ready.set()
+        took = time.perf_counter() - hosted.since
+        log.info("model %s: deployment %s up in %.1f s", hosted.pool.name, hosted.app, took)
 
     def _follow_session(self) -> None:
         """Forget what was known of another Ray session's Serve (a process that shut Ray down and joined or
@@ -208,22 +255,26 @@ class Hosts:
                 log.debug("no Serve long-poll client cache to clear")
         self.session = session
 
-    def _deploy(
+    def _start(
         self, app: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any], reuse: bool
-    ) -> Hosted:
+    ) -> tuple[Hosted, bool]:
+        """Reuse ``app`` if it is up (``serve.reuse``), else make room for it and start its deployment
+        (not waiting for it to load); True when a deployment was started."""
         start_serve()
         if reuse and bool(serve_cfg.get("reuse", True)) and app in running_apps():
             log.info("model %s: reusing the running deployment %s (serve.reuse)", pool.name, app)
             hosted = Hosted(app=app, pool=pool, created=False)
+            hosted.ready.set()
             self.apps[app] = hosted
-            return hosted
+            return hosted, False
         replicas = max(1, pool.concurrency)  # idle models make way (Serve would wait for their resources)
-        self.make_room(cpus=pool.num_cpus * replicas, gpus=pool.num_gpus * replicas, keep=app)
+        cpus, gpus = pool.num_cpus * replicas, pool.num_gpus * replicas
+        self.make_room(cpus=cpus, gpus=gpus, keep=app)
         in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2)))
         deployment = serve.deployment(
             EngineReplica,
             name=DEPLOYMENT,
-            num_replicas=max(1, pool.concurrency),
+            num_replicas=replicas,
             ray_actor_options=replica_options(pool),
             max_ongoing_requests=max(in_flight, MERGE_BATCHES),  # API checks queue here, merged
             health_check_period_s=HEALTH_CHECK_PERIOD_S,
@@ -232,9 +283,9 @@ class Hosts:
         loads = self.loads[app] = self.loads.get(app, 0) + 1
         verb = "loading" if loads == 1 else f"reloading (load {loads} of this process)"
         log.info("model %s: %s as Serve application %s (%d replica(s))", pool.name, verb, app, pool.concurrency)
-        started = time.perf_counter()
+        before, since = _available(), time.perf_counter()
         # Not blocking: ``serve.run`` waits for the application on a thread that would outlive a deployment
-        # given up on (and call into a Ray shut down under it); Serve's status is polled here instead.
+        # given up on (and call into a Ray shut down under it); Serve's status is polled instead (``_until_up``).
         serve._run(
             deployment.bind(dict(pool.engine), pool.name),
             _blocking=False,
@@ -242,24 +293,30 @@ class Hosts:
             route_prefix=None,
             logging_config={"enable_access_log": False},  # one line per batch otherwise
         )
-        timeout = float(serve_cfg.get("deploy_timeout_s", DEPLOY_TIMEOUT_S))
-        _wait_running(app, pool, timeout)
-        log.info("model %s: deployment %s up in %.1f s", pool.name, app, time.perf_counter() - started)
-        hosted = Hosted(app=app, pool=pool, created=True)
-        self.apps[app] = hosted
-        return hosted
+        hosted = Hosted(app=app, pool=pool, created=True, placed=False, since=since)
+        with self.count_lock:
+            self.apps[app] = hosted
+        # Its replicas take their resources within moments when the cluster has them; until the drop shows,
+        # ``make_room`` counts them as taken (so the next model deployed beside it does not count them free).
+        hosted.placed = _wait_for(lambda: _dropped(before, _available(), cpus, gpus), PLACE_WAIT_S)
+        return hosted, True
 
     def make_room(self, cpus: float = 0.0, gpus: float = 0.0, keep: str = "") -> None:
         """Free ``cpus`` / ``gpus`` by deleting idle deployments this process made (least recently used
-        first); a later stage that needs one deploys it again."""
-        import ray
-
+        first); a later stage that needs one deploys it again. Resources a deployment just started will take
+        count as taken (``_unclaimed``); when only such deployments stand in the way, they are waited for."""
         with self.deploy_lock:
-            while not _fits(ray.available_resources(), cpus, gpus):
+            while not _fits(self._unclaimed(), cpus, gpus):
                 with self.count_lock:
-                    idle = [h for h in self.apps.values() if h.created and h.busy == 0 and h.app != keep]
+                    mine = [h for h in self.apps.values() if h.created and h.app != keep]
+                idle = [h for h in mine if h.busy == 0 and h.ready.is_set()]
                 if not idle:
-                    return
+                    starting = [h for h in mine if not h.ready.is_set()]
+                    if not starting:
+                        return
+                    for hosted in starting:  # their replicas' resources show once they are up
+                        hosted.ready.wait()
+                    continue
                 victim = min(idle, key=lambda h: h.last_used)
                 log.info(
                     "model %s: deleting its idle deployment %s to free %s CPU / %s GPU (it is loaded again if a later "
@@ -267,11 +324,24 @@ class Hosts:
                     victim.pool.name, victim.app, cpus, gpus,
                 )  # fmt: skip
                 self._delete(victim)
-                _wait_for(lambda: _fits(ray.available_resources(), cpus, gpus), RESOURCE_WAIT_S)
+                _wait_for(lambda: _fits(self._unclaimed(), cpus, gpus), RESOURCE_WAIT_S)
+
+    def _unclaimed(self) -> dict[str, float]:
+        """The cluster's free CPUs / GPUs, less what the replicas of deployments just started will take and
+        do not hold yet."""
+        free = _available()
+        with self.count_lock:
+            unplaced = [h for h in self.apps.values() if not h.placed]
+        for hosted in unplaced:
+            replicas = max(1, hosted.pool.concurrency)
+            free["CPU"] -= hosted.pool.num_cpus * replicas
+            free["GPU"] -= hosted.pool.num_gpus * replicas
+        return free
 
     def _delete(self, hosted: Hosted) -> None:
         serve.delete(hosted.app)
-        self.apps.pop(hosted.app, None)
+        with self.count_lock:
+            self.apps.pop(hosted.app, None)
 
     def release(self, run: str, keep: bool) -> None:
         """``run`` is done with its models: delete those this process deployed that no run holds any more,
@@ -296,20 +366,20 @@ class Hosts:
     @contextmanager
     def use(self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]) -> Iterator[str]:
         """The application of ``pool``, up (deployed again if it was made to make room) and kept from
-        eviction until the block ends: deploying and marking it busy is one step under the deploy lock,
-        so another thread's ``make_room`` cannot delete it in between."""
+        eviction until the block ends: claiming it and marking it busy is one step under the deploy lock,
+        so another thread's ``make_room`` cannot delete it in between; its load is waited for outside the
+        lock (``_until_up``), so the other models of the run deploy meanwhile."""
         with self.deploy_lock:
-            app = self.hold(run, pool, serve_cfg, ray_cfg)
+            hosted, deploying = self._claim(run, pool, serve_cfg, ray_cfg)
             with self.count_lock:
-                self.apps[app].busy += 1
+                hosted.busy += 1
         try:
-            yield app
+            self._until_up(hosted, deploying, serve_cfg)
+            yield hosted.app
         finally:
             with self.count_lock:
-                hosted = self.apps.get(app)
-                if hosted is not None:
-                    hosted.busy -= 1
-                    hosted.last_used = time.monotonic()
+                hosted.busy -= 1
+                hosted.last_used = time.monotonic()
 
 
 def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
@@ -410,14 +480,31 @@ def _session() -> str:
     return str(getattr(node, "session_name", "") or ray.get_runtime_context().gcs_address)
 
 
+def _available() -> dict[str, float]:
+    """The cluster's free CPUs and GPUs."""
+    import ray
+
+    free = ray.available_resources()
+    return {"CPU": float(free.get("CPU", 0.0)), "GPU": float(free.get("GPU", 0.0))}
+
+
+def _dropped(before: dict[str, float], now: dict[str, float], cpus: float, gpus: float) -> bool:
+    """Whether ``cpus`` / ``gpus`` more are taken ``now`` than ``before``: a new deployment's replicas hold them."""
+    return now["CPU"] <= before["CPU"] - cpus + 1e-9 and now["GPU"] <= before["GPU"] - gpus + 1e-9
+
+
 def _fits(available: dict[str, float], cpus: float, gpus: float) -> bool:
     return available.get("CPU", 0.0) + 1e-9 >= cpus and available.get("GPU", 0.0) + 1e-9 >= gpus
 
 
-def _wait_for(condition: Any, timeout_s: float) -> None:
+def _wait_for(condition: Any, timeout_s: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout_s`` passed (False)."""
     deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.2)
+    return True
 
 
 HOSTS = Hosts()
