@@ -2,6 +2,7 @@
 
 - A run of two target models sharing one judge and one reference model loads each of the four models
   exactly once: every Serve replica ever started is read back from Ray's state API (dead ones too).
+  The two targets, needed at once by their first stages, load side by side (their deployments overlap).
 - A deployment kept up by a run (``serve.keep``) is reused by the next run of the same model spec
   (``serve.reuse``): no new replica.
 - A replica killed mid-run (by its actor id) is replaced by Serve, the batches it held are sent again,
@@ -10,6 +11,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -46,7 +49,17 @@ def replica_starts() -> Counter:
     return Counter(a.class_name for a in actors if (a.class_name or "").startswith("ServeReplica:contamray-"))
 
 
-def test_two_targets_share_one_judge_and_one_reference_model_each_loaded_once(roomy_ray, tmp_path, mirror_dir):
+def deploy_windows(records: list) -> dict[str, tuple[float, float]]:
+    """(started, up) times of every deployment a run's log reports, by Serve application."""
+    def times(pattern: str) -> dict[str, float]:
+        return {m.group(1): r.created for r in records if (m := re.search(pattern, r.getMessage()))}
+
+    started, up = times(r"as Serve application (\S+)"), times(r"deployment (\S+) up in")
+    return {app: (started[app], up[app]) for app in started if app in up}
+
+
+def test_two_targets_share_one_judge_and_one_reference_model_each_loaded_once(roomy_ray, tmp_path, mirror_dir, caplog):
+    caplog.set_level(logging.INFO, logger="contamray")
     before = replica_starts()
     cfg = composed(
         "model=[smollm2_135m_fp32,smollm2_135m]", "models.smollm2_135m.dtype=float32",
@@ -62,6 +75,9 @@ def test_two_targets_share_one_judge_and_one_reference_model_each_loaded_once(ro
     started = replica_starts() - before
     # two targets, one judge, one reference model: four deployments, one replica start each
     assert len(started) == 4 and set(started.values()) == {1}, started
+    # the two targets' first stages need them at once, and the cluster has room: they load side by side
+    windows = sorted(deploy_windows(caplog.records).values())
+    assert any(b_start < a_up for (_, a_up), (b_start, _) in zip(windows, windows[1:], strict=False)), windows
     partitions = pd.read_parquet(tmp_path / "zoo" / "partitions.parquet")
     assert set(partitions["model"]) == {"smollm2_135m_fp32", "smollm2_135m"}
     assert not running_apps()  # the run deleted what it deployed (serve.keep is false)
