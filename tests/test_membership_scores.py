@@ -382,6 +382,38 @@ def test_plan_refuses_a_cross_benchmark_reference_in_heldout_mode():
 
 
 
+def test_two_keys_of_one_split_are_two_partitions_everywhere(mirror_dir):
+    """A held-out block of the split it is held out from (``offset``) is its own partition: results, the report's
+    tables (keyed by model and partition) and the truth are filed by partition, and before, the tested block's and
+    its held-out's verdicts were filed under one id (a report showed one of them). The id is decided from the
+    whole config (the same whichever keys a step loads); prompts that name the split do not show the suffix."""
+    from omegaconf import OmegaConf
+
+    from contamray.inject.spec import PartitionSpec
+    from contamray.inject.stream import page_header
+    from contamray.methods.closed.guided_prompting import dataset_and_split
+    from contamray.pipeline.runner import load_benchmarks
+    from contamray.validate.truth import benchmark_partitions
+
+    after = "+benchmarks.wg_after={adapter:winogrande,split:validation,sample:first,limit:20,offset:20}"
+    plan = plan_of(after, "++methods.min_k.reference={winogrande:wg_after}", f"data.mirror_dir={mirror_dir}")
+    records, _ = load_benchmarks(plan, {"winogrande", "wg_after"})
+    split = "winogrande/winogrande_xl/validation"
+    assert {r.partition for r in records["winogrande"]} == {f"{split}:winogrande"}
+    assert {r.partition for r in records["wg_after"]} == {f"{split}:wg_after"}
+    alone, _ = load_benchmarks(plan, {"wg_after"})
+    assert {r.partition for r in alone["wg_after"]} == {f"{split}:wg_after"}
+    assert {r.partition for r in load_benchmarks(plan, {"arc_challenge"})[0]["arc_challenge"]} == {
+        "arc_challenge/ARC-Challenge/test"  # alone on its split: the split's id, as before
+    }
+    config = OmegaConf.to_container(OmegaConf.create({"benchmarks": {n: vars(b) for n, b in plan.benchmarks.items()}}))
+    truth_ids = benchmark_partitions(config)
+    assert truth_ids["winogrande"] == f"{split}:winogrande" and truth_ids["wg_after"] == f"{split}:wg_after"
+    assert dataset_and_split(f"{split}:wg_after") == ("WinoGrande", "validation")
+    header = page_header(f"{split}:wg_after", PartitionSpec(benchmark="wg_after", context="web_page"))
+    assert header.startswith("winogrande / winogrande_xl / validation.jsonl\n"), header
+
+
 def test_blocks_of_one_split_may_overlap_unless_known_disjoint():
     from contamray.methods.base import BenchmarkFacts
     from contamray.methods.closed.heldout_test import _may_overlap

@@ -8,7 +8,7 @@ the hub or from a local mirror of hub rows and returns Records plus the rows tha
 
 from contamray.benchmarks.base import Adapter, BenchmarkRowError, LoadResult, RowContext, RowFailure
 from contamray.benchmarks.loading import load_records, mirror_path, sample_indices
-from contamray.benchmarks.registry import ADAPTERS, adapter_names, describe_all, get_adapter
+from contamray.benchmarks.registry import ADAPTERS, adapter_names, describe_all, get_adapter, partition_ids
 
 __all__ = [
     "ADAPTERS",
@@ -22,5 +22,6 @@ __all__ = [
     "get_adapter",
     "load_records",
     "mirror_path",
+    "partition_ids",
     "sample_indices",
 ]

@@ -8,6 +8,10 @@ non-exchangeable order, for order-based tests' nulls).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
 from contamray.benchmarks import (
     classification,
     multiple_choice,
@@ -58,3 +62,23 @@ def get_adapter(name: str) -> Adapter:
 def describe_all() -> list[str]:
     """One ``describe()`` line per adapter, for ``contamray benchmarks``-style listings."""
     return [a.describe() for a in ADAPTERS.values()]
+
+
+def partition_ids(benchmarks: Mapping[str, Any]) -> dict[str, str]:
+    """The partition id of each benchmark key (``benchmarks``: key -> its spec, a mapping or an object with
+    ``adapter``, ``config`` and ``split``): its split's (``<benchmark>/<config>/<split>``, as the loader names
+    it), with ``:<key>`` appended when another key reads the same split (other rows of it - a held-out block
+    after ``offset`` - or a second sample). Results, reports and truth are filed by partition, and two keys'
+    verdicts must never be filed under one. Decided from every key of a config, so a key's id does not depend
+    on which keys a step loads."""
+
+    def field(spec: Any, name: str) -> Any:
+        return spec.get(name) if isinstance(spec, Mapping) else getattr(spec, name, None)
+
+    base: dict[str, str] = {}
+    for key, spec in benchmarks.items():
+        adapter = get_adapter(field(spec, "adapter"))
+        config, split = adapter.resolve_config(field(spec, "config")), adapter.resolve_split(field(spec, "split"))
+        base[key] = adapter.partition(config, split)
+    counts = Counter(base.values())
+    return {key: f"{pid}:{key}" if counts[pid] > 1 else pid for key, pid in base.items()}

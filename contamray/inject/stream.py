@@ -85,7 +85,7 @@ def page_header(partition: str, spec: PartitionSpec) -> str:
     naming the dataset, config and split of ``partition`` (``<benchmark>/<config>/<split>``)."""
     if spec.context == "none":
         return ""
-    bench, config, split = (partition.split("/") + ["", ""])[:3]
+    bench, config, split = (partition.split(":", 1)[0].split("/") + ["", ""])[:3]  # a ``:<key>`` suffix is no split
     return (
         f"{bench} / {config} / {split}.{'jsonl' if spec.format == 'json' else 'txt'}\n"
         f"The {split} split of the {bench} dataset ({config} config), one example per "

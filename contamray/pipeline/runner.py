@@ -18,6 +18,7 @@ Two phases, each stored as it finishes so an interrupted run loses nothing it co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -133,11 +134,13 @@ def execute(
 
 
 def load_benchmarks(plan: Plan, names: Iterable[str]) -> tuple[dict[str, list[Record]], dict[str, list[dict]]]:
-    """Load the rows of each benchmark once; bad rows become failure rows (or stop when strict)."""
-    from contamray.benchmarks import load_records
+    """Load the rows of each benchmark once; bad rows become failure rows (or stop when strict). Rows carry
+    their key's partition id (``partition_ids``: two keys reading one split are two partitions)."""
+    from contamray.benchmarks import load_records, partition_ids
 
     records: dict[str, list[Record]] = {}
     failures: dict[str, list[dict]] = {}
+    ids = partition_ids(plan.benchmarks)
     for name in sorted(set(names)):
         b = plan.benchmarks[name]
         with _LOADING:
@@ -154,6 +157,9 @@ def load_benchmarks(plan: Plan, names: Iterable[str]) -> tuple[dict[str, list[Re
             )
         records[name] = list(result.records)
         failures[name] = [_failure_row(f) for f in result.failures]
+        if ids[name] != result.partition:  # another key reads the same split (``partition_ids``)
+            records[name] = [dataclasses.replace(r, partition=ids[name]) for r in records[name]]
+            failures[name] = [{**f, "partition": ids[name]} for f in failures[name]]
         for f in failures[name]:
             log.warning("benchmark %s: row %s failed: %s", name, f["record_id"], f["error"])
         log.info("benchmark %s: %d rows, %d failed", name, len(records[name]), len(failures[name]))

@@ -63,15 +63,10 @@ def load_config(output_dir: Path) -> dict[str, Any]:
 
 
 def benchmark_partitions(config: dict[str, Any]) -> dict[str, str]:
-    """Benchmark key -> its partition string (``adapter/config/split``), as the loader names it."""
-    from contamray.benchmarks import get_adapter
+    """Benchmark key -> its partition id, as the loader names it (``benchmarks.partition_ids``)."""
+    from contamray.benchmarks import partition_ids
 
-    out = {}
-    for key, spec in (config.get("benchmarks") or {}).items():
-        adapter = get_adapter(spec["adapter"])
-        config_name = adapter.resolve_config(spec.get("config"))
-        out[key] = adapter.partition(config_name, adapter.resolve_split(spec.get("split")))
-    return out
+    return partition_ids(config.get("benchmarks") or {})
 
 
 def injections(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

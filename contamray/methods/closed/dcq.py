@@ -101,7 +101,7 @@ from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, 
 from contamray.methods.closed import cell_rows
 from contamray.methods.closed.cell_rows import built, finite, missing, output_map, rows_of, truthy
 from contamray.methods.closed.dcq_synonyms import SYNONYMS
-from contamray.methods.closed.guided_prompting import DATASET_NAMES
+from contamray.methods.closed.guided_prompting import dataset_and_split
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.records import Record
 
@@ -210,25 +210,6 @@ class Instance:
         return self.text + self.label_line
 
 
-def dataset_and_split(partition: str, names: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """The dataset's display name and the split named in the quiz prompt, from ``<benchmark>/<config>/<split>``
-    (a ``:rows...`` or ``:heldout`` suffix of a slice is not part of the split's name)."""
-    parts = partition.split("/")
-    if len(parts) < 2 or not all(p.strip() for p in parts):
-        raise ValueError(
-            f"partition {partition!r} is not '<benchmark>/<config>/<split>'; the quiz names the dataset and split "
-            "(fix the benchmark adapter that built the record)"
-        )
-    bench, split = parts[0], parts[-1].split(":", 1)[0]
-    config = parts[1] if len(parts) > 2 else ""
-    base = partition.split(":", 1)[0]
-    for table in (names or {}, DATASET_NAMES):
-        for key in (base, f"{bench}/{config}", bench):
-            if key in table:
-                return table[key], split
-    return bench, split
-
-
 def instance(record: Record, cfg: DCQConfig) -> Instance:
     """The record's instance text and label line; ValueError when it has no text."""
     text = record.input.strip()
@@ -236,7 +217,7 @@ def instance(record: Record, cfg: DCQConfig) -> Instance:
         raise ValueError("field 'input' (the instance text) is empty; fix the benchmark adapter")
     label = record.label.strip()
     line = f"\nLabel: {label}" if cfg.include_label and record.task in LABEL_TASKS and label else ""
-    dataset, split = dataset_and_split(record.partition, cfg.dataset_names)
+    dataset, split = dataset_and_split(record.partition, cfg.dataset_names, NAME)
     return Instance(text, line, dataset, split)
 
 

@@ -303,18 +303,22 @@ class Pieces:
     label: str  # the label shown in the prompts ("" when none)
 
 
-def _dataset_and_split(partition: str, cfg: Config) -> tuple[str, str]:
+def dataset_and_split(partition: str, names: Mapping[str, str] | None = None, who: str = NAME) -> tuple[str, str]:
+    """The dataset's display name and the split named in the prompts, from ``<benchmark>/<config>/<split>``
+    (a ``:<key>`` / ``:rows...`` suffix - one of several partitions read from one split - is not part of the
+    split's name); ``names`` (then ``DATASET_NAMES``) maps the partition, ``<benchmark>/<config>`` or
+    ``<benchmark>`` to the display name, else the benchmark's own name is used."""
     parts = partition.split("/")
     if len(parts) < 2 or not all(p.strip() for p in parts):
         raise ValueError(
-            f"partition {partition!r} is not '<benchmark>/<config>/<split>'; guided prompting needs the "
-            "split and dataset name from it (fix the benchmark adapter that built the record)"
+            f"partition {partition!r} is not '<benchmark>/<config>/<split>'; {who} names the dataset and split in "
+            "its prompts (fix the benchmark adapter that built the record)"
         )
-    bench, split = parts[0], parts[-1]
+    bench, split = parts[0], parts[-1].split(":", 1)[0]
     config = parts[1] if len(parts) > 2 else ""
-    keys = [partition, f"{bench}/{config}", bench]
-    for table in (cfg.dataset_names, DATASET_NAMES):
-        for key in keys:
+    base = partition.split(":", 1)[0]
+    for table in (names or {}, DATASET_NAMES):
+        for key in (base, f"{bench}/{config}", bench):
             if key in table:
                 return table[key], split
     return bench, split
@@ -328,7 +332,7 @@ def prepare(record: Record, cfg: Config) -> Pieces:
     """The pieces and prompt fields of one record; ValueError (naming the record) if it cannot be used."""
     where = f"record {record.id!r} of {record.partition!r}"
     try:
-        dataset, split = _dataset_and_split(record.partition, cfg)
+        dataset, split = dataset_and_split(record.partition, cfg.dataset_names)
         reference = record.reference.strip()
         prefix = record.prefix.strip()
         if not reference:
