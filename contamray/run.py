@@ -27,6 +27,7 @@ from contamray.experiments import CONF_DIR, with_experiment
 
 log = logging.getLogger("contamray")
 _RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
+RAY_START_ATTEMPTS = 2  # ray.init attempts before a run stops (see init_ray)
 output_root.register_resolver()  # hydra.run.dir under run.output_root (contamray/output_root.py)
 
 
@@ -45,7 +46,19 @@ def init_ray(ray_cfg: dict[str, Any]) -> None:
             # num_cpus and num_gpus must not be provided")
             address = "local"
             kwargs["num_cpus"] = int(ray_cfg["num_cpus"])
-        ray.init(address=address, **kwargs)
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            try:
+                ray.init(address=address, **kwargs)
+                return
+            except Exception as err:  # noqa: BLE001 - retried below; the last attempt's error is raised
+                if attempt == RAY_START_ATTEMPTS:
+                    raise
+                # A local Ray's raylet waits a fixed 30 s for its node's dashboard agent to start, and dies when a
+                # busy machine takes longer ("Timed out waiting for file ... metrics_agent_port"); a second start
+                # usually finds the machine less busy. Whatever the first start left is shut down first.
+                log.warning("ray.init failed (%s: %s); starting again (attempt %d of %d)", type(err).__name__,
+                            str(err).splitlines()[0][:300] if str(err) else "", attempt + 1, RAY_START_ATTEMPTS)
+                ray.shutdown()
 
 
 def run(cfg: DictConfig) -> Path:
