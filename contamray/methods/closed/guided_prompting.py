@@ -308,15 +308,15 @@ def dataset_and_split(partition: str, names: Mapping[str, str] | None = None, wh
     (a ``:<key>`` / ``:rows...`` suffix - one of several partitions read from one split - is not part of the
     split's name); ``names`` (then ``DATASET_NAMES``) maps the partition, ``<benchmark>/<config>`` or
     ``<benchmark>`` to the display name, else the benchmark's own name is used."""
-    parts = partition.split("/")
+    base = partition.split(":", 1)[0]
+    parts = base.split("/")
     if len(parts) < 2 or not all(p.strip() for p in parts):
         raise ValueError(
             f"partition {partition!r} is not '<benchmark>/<config>/<split>'; {who} names the dataset and split in "
             "its prompts (fix the benchmark adapter that built the record)"
         )
-    bench, split = parts[0], parts[-1].split(":", 1)[0]
+    bench, split = parts[0], parts[-1]
     config = parts[1] if len(parts) > 2 else ""
-    base = partition.split(":", 1)[0]
     for table in (names or {}, DATASET_NAMES):
         for key in (base, f"{bench}/{config}", bench):
             if key in table:
