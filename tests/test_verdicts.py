@@ -57,6 +57,17 @@ def test_a_window_longer_than_the_models_context_is_refused() -> None:
     plan_of("method=[min_k]", "methods.min_k.context_len=1024", "methods.min_k.stride=512")
 
 
+def test_a_window_longer_than_the_context_a_checkpoint_declares_is_refused(tmp_path) -> None:
+    """Without ``max_model_len`` the plan reads the context from the checkpoint's config.json (GPT-2's key here):
+    min_k's default 2048-token windows cannot be scored by a 1024-token model, so the plan says so before the
+    run instead of every row failing in it."""
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_positions": 1024}')
+    model = f"+models.smollm2_135m.source={tmp_path}"
+    with pytest.raises(ConfigError, match=r"methods.min_k.context_len: 2048 .* context of 1024 tokens .* <= 1024"):
+        plan_of("method=[min_k]", model.replace("+", "", 1))
+    plan_of("method=[min_k]", model.replace("+", "", 1), "methods.min_k.context_len=1024", "methods.min_k.stride=512")
+
+
 def test_a_target_judging_itself_is_refused_unless_asked() -> None:
     with pytest.raises(ConfigError, match="needs a judge other than the target"):
         plan_of("method=[guided_prompting]", "methods.guided_prompting.judge=true")

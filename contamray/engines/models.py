@@ -105,6 +105,34 @@ def resolve_model_path(source: str, where: str = "model source") -> str:
     raise ValueError(f"{where}: unknown model source {source!r}; expected {source_choices()}")
 
 
+# config.json keys that state a checkpoint's context (tokens), by architecture family
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def declared_context(source: str) -> int | None:
+    """The context (tokens) ``source``'s ``config.json`` declares, read without loading the model; None when it
+    cannot be known here without work (a hub id, a published URI, an embedded model not yet converted) or the
+    config states none of ``_CONTEXT_KEYS``. What a plan checks a method's windows against."""
+    if not isinstance(source, str) or not source.strip() or "://" in source:
+        return None
+    source = source.strip()
+    if source.lower() in EMBEDDED_MODELS:
+        path = converted_dir(EMBEDDED_MODELS[source.lower()])
+        if not _is_complete(path):
+            return None
+    else:
+        path = Path(source).expanduser()
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for key in _CONTEXT_KEYS:
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and value > 1:
+            return value
+    return None
+
+
 def embedded_gguf_path(model: EmbeddedModel, where: str = "model source") -> Path:
     """The GGUF file inside the installed package (found without importing the package)."""
     spec = importlib.util.find_spec(model.package)

@@ -330,7 +330,11 @@ def _check_skipped_dependencies(plan: Plan) -> None:
 
 
 def _check_context(plan: Plan) -> None:
-    """A method's ``context_len`` (tokens per scoring window) must fit every model it probes."""
+    """A method's ``context_len`` (tokens per scoring window) must fit every model it probes: the model's
+    ``max_model_len``, or the context its checkpoint's ``config.json`` declares (a local
+    directory or a converted embedded model: ``declared_context``, read without loading the model) when smaller."""
+    from contamray.engines.models import declared_context
+
     for m in plan.closed_methods():
         context_len = getattr(m.config(), "context_len", None)
         if not context_len:
@@ -339,6 +343,9 @@ def _check_context(plan: Plan) -> None:
             pools = list(plan.models.values()) if role == "target" else [plan.pool_for_role(role, "")]
             for pool in pools:
                 limit = pool.engine.get("max_model_len")
+                declared = declared_context(str(pool.engine.get("source") or "")) if pool.backend != "http" else None
+                declared = declared if declared and (not limit or declared < int(limit)) else None
+                limit = declared or limit
                 if not limit and pool.backend == "http":
                     plan.warnings.append(
                         f"methods.{m.label}.context_len: {context_len} tokens per window, and the context of "
@@ -352,6 +359,13 @@ def _check_context(plan: Plan) -> None:
                     where = "judge" if pool is plan.judge else (
                         "reference_model" if pool is plan.reference_model else f"models.{pool.name}"
                     )
+                    if declared:
+                        raise ConfigError(
+                            f"methods.{m.label}.context_len: {context_len} tokens per window, but {where} "
+                            f"({pool.engine.get('source')}) has a context of {limit} tokens (its config.json): "
+                            f"the engine cannot score such a window; set methods.{m.label}.context_len <= {limit} "
+                            "(and stride below it)"
+                        )
                     raise ConfigError(
                         f"methods.{m.label}.context_len: {context_len} tokens per window, but {where}.max_model_len "
                         f"is {limit}: the engine would cut every longer window; set methods.{m.label}.context_len "
