@@ -64,6 +64,7 @@ def vllm_server() -> Iterator[str]:
     args = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve_model_path("smollm2-135m"),
         "--served-model-name", SERVED, "--dtype", "float32", "--max-model-len", "1024",
+        "--enforce-eager",  # as contamray's own vLLM engine: no torch.compile (~1.5 min of a CPU start)
         "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"contamray-vllm-server-{port}.log", "w")  # noqa: SIM115
