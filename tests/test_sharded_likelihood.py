@@ -325,10 +325,12 @@ def test_reduce_refuses_mixed_partitions():
 def test_detects_a_partition_fine_tuned_in_order_and_not_an_unseen_one(contaminated_model):
     """Done-when of issue 3: p < 0.01 on the partition the model was fine-tuned on, p > 0.05 on an unseen
     partition of the same benchmark (ARC-Challenge questions; the canonical order of an unseen slice has no
-    structure for the model). 25 permutations per shard, as the survey's preset."""
+    structure for the model). 10 permutations per shard (the survey's preset has 25): measured 2026-11-26 with
+    fixed seeds, p = 2e-5 seen / 0.86 unseen at 10 and 3e-4 / 0.84 at 25 - the same decisions at 40 % of the
+    scoring."""
     engine = HFEngine(contaminated_model.path, dtype="auto", batch_size=16)
     config = cfg(
-        num_shards=contaminated_model.num_shards, permutations_per_shard=25, fields=list(contaminated_model.fields),
+        num_shards=contaminated_model.num_shards, permutations_per_shard=10, fields=list(contaminated_model.fields),
         format=contaminated_model.format,
     )  # fmt: skip
     verdicts = {}
