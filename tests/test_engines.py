@@ -144,6 +144,18 @@ def test_hub_id_passes_through() -> None:
     assert resolve_model_path("meta-llama/Llama-2-7b-hf") == "meta-llama/Llama-2-7b-hf"
 
 
+def test_declared_context_reads_config_json_without_loading_or_fetching(tmp_path, smollm2_path: str) -> None:
+    """What the plan checks windows against: the checkpoint's own context key, else None (never a guess)."""
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text('{"model_type": "gpt2", "n_positions": 1024}')
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "config.json").write_text('{"model_type": "x"}')
+    assert models_mod.declared_context(str(tmp_path / "gpt2")) == 1024
+    assert models_mod.declared_context("smollm2-135m") == 8192  # converted by the fixture: its config's key
+    for unknown in (str(tmp_path / "none"), str(tmp_path / "missing"), "org/name", "file:///tmp/x", ""):
+        assert models_mod.declared_context(unknown) is None, unknown
+
+
 def test_bad_backend_names_the_key_and_choices() -> None:
     with pytest.raises(ValueError, match=r"models\.target\.backend.*auto, hf, vllm"):
         pick_backend(EngineSpec(source="smollm2-135m", backend="tgi", name="target"))
