@@ -335,6 +335,7 @@ def _check_context(plan: Plan) -> None:
     directory or a converted embedded model: ``declared_context``, read without loading the model) when smaller."""
     from contamray.engines.models import declared_context
 
+    contexts: dict[str, int | None] = {}  # source -> declared context: each config.json read once per plan
     for m in plan.closed_methods():
         context_len = getattr(m.config(), "context_len", None)
         if not context_len:
@@ -343,9 +344,12 @@ def _check_context(plan: Plan) -> None:
             pools = list(plan.models.values()) if role == "target" else [plan.pool_for_role(role, "")]
             for pool in pools:
                 limit = pool.engine.get("max_model_len")
-                declared = declared_context(str(pool.engine.get("source") or "")) if pool.backend != "http" else None
-                declared = declared if declared and (not limit or declared < int(limit)) else None
-                limit = declared or limit
+                source = str(pool.engine.get("source") or "")
+                if pool.backend != "http" and source not in contexts:
+                    contexts[source] = declared_context(source)
+                own = contexts.get(source) if pool.backend != "http" else None
+                declared = bool(own) and (not limit or own < int(limit))  # the checkpoint's context binds
+                limit = own if declared else limit
                 if not limit and pool.backend == "http":
                     plan.warnings.append(
                         f"methods.{m.label}.context_len: {context_len} tokens per window, and the context of "
