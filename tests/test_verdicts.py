@@ -58,14 +58,14 @@ def test_a_window_longer_than_the_models_context_is_refused() -> None:
 
 
 def test_a_window_longer_than_the_context_a_checkpoint_declares_is_refused(tmp_path) -> None:
-    """Without ``max_model_len`` the plan reads the context from the checkpoint's config.json (GPT-2's key here):
-    min_k's default 2048-token windows cannot be scored by a 1024-token model, so the plan says so before the
-    run instead of every row failing in it."""
+    """The plan reads the context from the checkpoint's config.json (GPT-2's key here) and checks against it when
+    it is smaller than ``max_model_len`` (2048 in the model's config): min_k's default 2048-token windows cannot be
+    scored by a 1024-token model, so the plan says so before the run instead of every row failing in it."""
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_positions": 1024}')
-    model = f"+models.smollm2_135m.source={tmp_path}"
+    model = f"models.smollm2_135m.source={tmp_path}"
     with pytest.raises(ConfigError, match=r"methods.min_k.context_len: 2048 .* context of 1024 tokens .* <= 1024"):
-        plan_of("method=[min_k]", model.replace("+", "", 1))
-    plan_of("method=[min_k]", model.replace("+", "", 1), "methods.min_k.context_len=1024", "methods.min_k.stride=512")
+        plan_of("method=[min_k]", model)
+    plan_of("method=[min_k]", model, "methods.min_k.context_len=1024", "methods.min_k.stride=512")
 
 
 def test_a_target_judging_itself_is_refused_unless_asked() -> None:
