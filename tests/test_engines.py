@@ -156,6 +156,19 @@ def test_declared_context_reads_config_json_without_loading_or_fetching(tmp_path
         assert models_mod.declared_context(unknown) is None, unknown
 
 
+def test_the_engine_and_the_plan_read_a_checkpoint_context_the_same_way(hf32: HFEngine) -> None:
+    """One reading of one fact: the loaded engine's context is what the plan read from config.json (SmolLM2:
+    8192), and a loaded config answers as its config.json does - GPT-2's n_positions, a config with only
+    seq_length (which the engine once replaced by a 2048 guess)."""
+    from transformers import GPT2Config, PretrainedConfig
+
+    assert hf32.max_context == models_mod.declared_context("smollm2-135m") == 8192
+    assert models_mod.context_in_config(GPT2Config(n_positions=512)) == 512
+    assert models_mod.context_in_config(PretrainedConfig(seq_length=4096)) == 4096
+    assert models_mod.context_in_config(PretrainedConfig()) is None
+    assert models_mod.context_in_config({"n_ctx": True}) is None  # a flag is not a length
+
+
 def test_bad_backend_names_the_key_and_choices() -> None:
     with pytest.raises(ValueError, match=r"models\.target\.backend.*auto, hf, vllm"):
         pick_backend(EngineSpec(source="smollm2-135m", backend="tgi", name="target"))

@@ -62,9 +62,13 @@ from contamray.engines.base import (
     token_limits,
     warn_truncated,
 )
+from contamray.engines.models import context_in_config
 from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
+
+# the context assumed for a checkpoint whose config states none of models._CONTEXT_KEYS
+_UNSTATED_CONTEXT = 2048
 
 DTYPES: dict[str, torch.dtype | str] = {
     "bfloat16": torch.bfloat16,
@@ -175,7 +179,7 @@ class HFEngine:
         self.model.to(self.device).eval()
         self.dtype = next(self.model.parameters()).dtype
         self.pad_id = self._pad_id()
-        limit = getattr(self.model.config, "max_position_embeddings", None) or 2048
+        limit = context_in_config(self.model.config) or _UNSTATED_CONTEXT
         if max_model_len is not None:
             if max_model_len < 2:
                 raise ValueError(f"{where}.max_model_len: must be >= 2, got {max_model_len}")

@@ -126,9 +126,20 @@ def declared_context(source: str) -> int | None:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return None
+    return context_in_config(config)
+
+
+def context_in_config(config: object) -> int | None:
+    """The context (tokens) a checkpoint's config states under the first of ``_CONTEXT_KEYS`` it has, or None.
+    ``config`` is a parsed config.json (what a plan reads) or a loaded ``PretrainedConfig`` (what an engine
+    holds): one reading of one fact for both."""
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    if not isinstance(config, dict):
+        return None
     for key in _CONTEXT_KEYS:
-        value = config.get(key) if isinstance(config, dict) else None
-        if isinstance(value, int) and value > 1:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
             return value
     return None
 
