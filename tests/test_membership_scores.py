@@ -323,14 +323,14 @@ def test_reduce_per_k_columns():
 # ----------------------------------------------------------------------------- the plan
 
 
-def plan_of(*overrides: str):
+def plan_of(*overrides: str, methods: str = "[min_k]"):
     from hydra import compose, initialize_config_dir
 
     from contamray.experiments import CONF_DIR
     from contamray.pipeline.plan import build_plan
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=["+exp=canary", "method=[min_k]", *overrides])
+        cfg = compose(config_name="config", overrides=["+exp=canary", f"method={methods}", *overrides])
     cfg.run.output_dir = "unused"
     return build_plan(cfg)
 
@@ -342,6 +342,31 @@ def test_canary_plan_tests_synthetic_facts_against_its_heldout_only():
     assert deps["arc_challenge"] == [] and deps["winogrande"] == [] and deps["synthetic_facts_clean"] == []
     warned = [w for w in plan.warnings if "no reference partition" in w]
     assert len(warned) == 2 and any("arc_challenge" in w for w in warned)  # not for the reference itself
+
+
+def test_one_warning_said_by_several_methods_on_a_benchmark_is_one_line_naming_each_key():
+    """Three membership scores on ARC, a contiguous block with no held-out: two warnings each (block, no
+    reference), shown as two lines naming the three methods' keys - not six lines saying the same."""
+    plan = plan_of(methods="[min_k,perplexity,zlib_ratio,sharded_likelihood]")
+    on_arc = [w for w in plan.warnings if "on arc_challenge:" in w]
+    block = [w for w in on_arc if "a contiguous block" in w]
+    missing = [w for w in on_arc if "no reference partition" in w]
+    assert len(block) == 0  # the canary's ARC has no held-out: no held-out comparison, nothing to warn about
+    assert missing == [
+        "methods.{min_k,perplexity,zlib_ratio}: each on arc_challenge: no reference partition, the verdict will be "
+        "inconclusive; to test it, set reference: {arc_challenge: <key of a held-out arc_challenge partition known "
+        "unseen>}"
+    ]
+    held = plan_of(
+        "++methods.min_k.reference={arc_challenge:arc_late}",
+        "++methods.perplexity.reference={arc_challenge:arc_late}",
+        "+benchmarks.arc_late={adapter:arc_challenge,split:test,offset:100,limit:20,sample:first}",
+        methods="[min_k,perplexity,zlib_ratio]",
+    )
+    block = [w for w in held.warnings if "arc_challenge: sample=first" in w]
+    assert len(block) == 1 and block[0].startswith("methods.{min_k,perplexity}: each on arc_challenge:"), block
+    alone = [w for w in held.warnings if "on arc_challenge: no reference" in w]
+    assert len(alone) == 1 and alone[0].startswith("methods.zlib_ratio: zlib_ratio on arc_challenge:"), alone
 
 
 def test_plan_refuses_a_cross_benchmark_reference_in_heldout_mode():

@@ -291,6 +291,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     _check_roles_and_dependencies(plan)
     _check_injections(plan)
     _check_context(plan)
+    said: list[tuple[str, str, str]] = []  # (method label, method name, warning)
     for bench in benchmarks:
         facts = plan.facts(bench)
         for m in methods.values():
@@ -309,12 +310,28 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             cells = [c for c in cells if c not in unscorable]
             if not cells:
                 continue
-            plan.warnings += [f"methods.{m.label}: {w}" for w in m.method.plan_warnings(cfg, facts)]
+            said += [(m.label, m.method.name, w) for w in m.method.plan_warnings(cfg, facts)]
             plan.cells += cells
+    plan.warnings += _grouped(said)
     _check_skipped_dependencies(plan)
     for warning in plan.warnings:
         log.warning("plan: %s", warning)
     return plan
+
+
+def _grouped(said: list[tuple[str, str, str]]) -> list[str]:
+    """One line per warning, each naming its method's config key; the same warning from several methods on one
+    benchmark (six membership scores on a contiguous block) is one line naming every key, in first-seen order."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for label, name, text in said:
+        rest = text.removeprefix(f"{name} on ")  # what is the same for every method that says it
+        groups.setdefault(rest if rest != text else text, []).append((label, text))
+    return [
+        f"methods.{said_by[0][0]}: {said_by[0][1]}"
+        if len(said_by) == 1
+        else f"methods.{{{','.join(label for label, _ in said_by)}}}: each on {rest}"
+        for rest, said_by in groups.items()
+    ]
 
 
 def _check_skipped_dependencies(plan: Plan) -> None:
