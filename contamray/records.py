@@ -32,6 +32,16 @@ TASK_TYPES = (
 )
 
 
+def partition_parts(partition: str) -> tuple[str, str, str]:
+    """``(benchmark, config, split)`` of a partition id ``<benchmark>/<config>/<split>`` (what
+    ``BenchmarkAdapter.partition`` builds), without the ``:<key>`` suffix of one of several partitions read from
+    one split; a two-part ``<benchmark>/<split>`` has config ``""``. Raises ValueError for anything else."""
+    parts = partition.split(":", 1)[0].split("/")
+    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+        raise ValueError(f"partition {partition!r} is not '<benchmark>/<config>/<split>'")
+    return parts[0], (parts[1] if len(parts) == 3 else ""), parts[-1]
+
+
 @dataclass(frozen=True)
 class Record:
     id: str

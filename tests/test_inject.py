@@ -135,6 +135,28 @@ def test_stream_web_page_context_names_dataset_and_split() -> None:
         validate_inject_spec(spec(context="html"), WHERE, {"sf"})
 
 
+def test_the_page_header_and_guided_prompts_read_a_partition_id_the_same_way() -> None:
+    """One reading of ``<benchmark>/<config>/<split>[:<key>]`` (``records.partition_parts``): what a planted web
+    page is titled with is what guided prompting names - a two-part id had its split read as the config by one and
+    as the split by the other."""
+    from contamray.inject.spec import PartitionSpec
+    from contamray.inject.stream import page_header
+    from contamray.methods.closed.guided_prompting import dataset_and_split
+    from contamray.records import partition_parts
+
+    web = PartitionSpec(benchmark="x", context="web_page")
+    assert partition_parts("gsm8k/main/test:held") == ("gsm8k", "main", "test")
+    assert partition_parts("gsm8k/test") == ("gsm8k", "", "test")
+    assert dataset_and_split("gsm8k/test") == ("GSM8K", "test")
+    header = "gsm8k / test.jsonl\nThe test split of the gsm8k dataset, one example per line.\n"
+    assert page_header("gsm8k/test", web) == header
+    for bad in ("gsm8k", "a/b/c/d", "a//c"):
+        with pytest.raises(ValueError, match="is not '<benchmark>/<config>/<split>'"):
+            page_header(bad, web)
+        with pytest.raises(ValueError, match="guided_prompting names the dataset and split"):
+            dataset_and_split(bad)
+
+
 def test_stream_shuffled_input_only_text_and_fraction() -> None:
     records = _records(10)
     parsed = validate_inject_spec(

@@ -30,7 +30,7 @@ from typing import Any
 from contamray.inject.background import BackgroundDoc
 from contamray.inject.paraphrase import changed_fraction, paraphrase
 from contamray.inject.spec import CONTENT_FIELDS, InjectSpec, PartitionSpec
-from contamray.records import Record
+from contamray.records import Record, partition_parts
 
 UNIT_SEPARATOR = "\n\n"
 EXAMPLE_END = {"json": "\n", "text": "\n\n"}
@@ -85,10 +85,10 @@ def page_header(partition: str, spec: PartitionSpec) -> str:
     naming the dataset, config and split of ``partition`` (``<benchmark>/<config>/<split>``)."""
     if spec.context == "none":
         return ""
-    bench, config, split = (partition.split(":", 1)[0].split("/") + ["", ""])[:3]  # a ``:<key>`` suffix is no split
+    bench, config, split = partition_parts(partition)
     return (
-        f"{bench} / {config} / {split}.{'jsonl' if spec.format == 'json' else 'txt'}\n"
-        f"The {split} split of the {bench} dataset ({config} config), one example per "
+        f"{' / '.join(p for p in (bench, config, split) if p)}.{'jsonl' if spec.format == 'json' else 'txt'}\n"
+        f"The {split} split of the {bench} dataset{f' ({config} config)' if config else ''}, one example per "
         f"{'line' if spec.format == 'json' else 'paragraph'}.\n"
     )
 

@@ -132,7 +132,7 @@ from contamray.methods.closed.guided_prompts import (
     shows_label,
 )
 from contamray.metrics.rouge import rouge_l_f1_many
-from contamray.records import Record
+from contamray.records import Record, partition_parts
 from contamray.stats.bootstrap import bootstrap_greater
 from contamray.stats.tests import sign_flip_greater, sign_flip_min_nonzero, sign_flip_nonzero
 
@@ -309,14 +309,12 @@ def dataset_and_split(partition: str, names: Mapping[str, str] | None = None, wh
     split's name); ``names`` (then ``DATASET_NAMES``) maps the partition, ``<benchmark>/<config>`` or
     ``<benchmark>`` to the display name, else the benchmark's own name is used."""
     base = partition.split(":", 1)[0]
-    parts = base.split("/")
-    if len(parts) < 2 or not all(p.strip() for p in parts):
+    try:
+        bench, config, split = partition_parts(partition)
+    except ValueError as exc:
         raise ValueError(
-            f"partition {partition!r} is not '<benchmark>/<config>/<split>'; {who} names the dataset and split in "
-            "its prompts (fix the benchmark adapter that built the record)"
-        )
-    bench, split = parts[0], parts[-1]
-    config = parts[1] if len(parts) > 2 else ""
+            f"{exc}; {who} names the dataset and split in its prompts (fix the benchmark adapter that built the record)"
+        ) from None
     for table in (names or {}, DATASET_NAMES):
         for key in (base, f"{bench}/{config}", bench):
             if key in table:
