@@ -31,6 +31,30 @@ def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER]
 
 
+def test_long_requests_go_to_the_engine_in_smaller_batches_so_progress_comes_often():
+    """A stage's requests are batched by count and by work: 32 short scores are one batch, while shards of a
+    sharded test on long rows (~1,000 tokens each) go 9 at a time - 32 of them were one batch of 6-8 CPU minutes
+    before the first progress line. The batches keep every request once, in order, and depend on nothing else."""
+    from contamray.engines.wire import Request, Sampling
+    from contamray.pipeline.engine_pool import batched, work
+
+    def score(i: int, chars: int) -> tuple[str, Request]:
+        return "cell", Request(key=f"s{i}", record_ids=(str(i),), kind="score", text="x" * chars)
+
+    short = [score(i, 200) for i in range(40)]  # 50 tokens each
+    assert [len(b) for b in batched(short, 32, 8192)] == [32, 8]
+    shards = [score(i, 4000) for i in range(32)]  # 1,000 tokens each
+    assert [len(b) for b in batched(shards, 32, 8192)] == [9, 9, 9, 5]
+    samples = Sampling(max_tokens=24, n=10)
+    generate = Request(key="g", record_ids=("0",), kind="generate", text="x" * 400, sampling=samples)
+    assert work(generate) == 100 + 240
+    huge = [score(0, 100_000), *short[:3]]
+    assert [len(b) for b in batched(huge, 32, 8192)] == [1, 3]  # a request past the budget goes alone
+    for items in (short, shards, huge):
+        assert [item for batch in batched(items, 32, 8192) for item in batch] == items
+        assert batched(items, 32, 8192) == batched(list(items), 32, 8192)
+
+
 def test_rate_and_eta_after_30_of_120_in_10_seconds(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     clock = FakeClock()

@@ -33,6 +33,32 @@ log = logging.getLogger("contamray")
 # health check and starts a replica, which loads the model again; about 90 s in all before giving up.
 RETRIES = 6
 MAX_RETRY_WAIT_S = 30.0
+# ray.request_batch_tokens: about this much work per batch (``work``), so that long requests (a sharded test's
+# shard of long rows, many samples of a long prompt) come back, and show as progress, every minute or so on a CPU
+BATCH_TOKENS = 8192
+CHARS_PER_TOKEN = 4  # a text's tokens, guessed without a tokenizer (English BPE: about 4 characters a token)
+
+
+def work(request: Request) -> int:
+    """A request's cost in tokens, guessed: its text's tokens, plus those it generates (samples x max_tokens)."""
+    generated = request.sampling.n * request.sampling.max_tokens if request.kind == "generate" else 0
+    return len(request.text) // CHARS_PER_TOKEN + generated
+
+
+def batched(items: list[tuple[str, Request]], size: int, tokens: int) -> list[list[tuple[str, Request]]]:
+    """Consecutive runs of ``items``, each ending at ``size`` requests or once its ``work`` reaches ``tokens``
+    (a request longer than that is a batch alone). Decided by the requests alone, so a config always sends the
+    same batches: a forward pass's last bits depend on its batch, and reruns must give the same bytes."""
+    batches: list[list[tuple[str, Request]]] = []
+    batch: list[tuple[str, Request]] = []
+    spent = 0
+    for item in items:
+        batch.append(item)
+        spent += work(item[1])
+        if len(batch) >= size or spent >= tokens:
+            batches.append(batch)
+            batch, spent = [], 0
+    return batches + ([batch] if batch else [])
 
 
 class EnginePool:
@@ -44,6 +70,7 @@ class EnginePool:
         self.pools = pools
         ray_cfg = pools.ray_cfg
         self.batch_size = max(1, int(ray_cfg.get("request_batch_size", 32)))
+        self.batch_tokens = max(1, int(ray_cfg.get("request_batch_tokens", BATCH_TOKENS)))
         self.in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2))) * max(1, pool.concurrency)
 
     def answer(self, items: list[tuple[str, Request]], label: str = "") -> list[tuple[str, Output, int]]:
@@ -61,7 +88,7 @@ class EnginePool:
         if work.saved:
             log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
         unique = work.unique
-        batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
+        batches = batched(unique, self.batch_size, self.batch_tokens)
         out: list[tuple[str, Output]] = []
         with self.pools.use(self.pool) as app, Progress(label, len(unique), unit="requests") as progress:
             handle = serve.get_app_handle(app)
