@@ -36,7 +36,7 @@ def test_long_requests_go_to_the_engine_in_smaller_batches_so_progress_comes_oft
     sharded test on long rows (~1,000 tokens each) go 9 at a time - 32 of them were one batch of 6-8 CPU minutes
     before the first progress line. The batches keep every request once, in order, and depend on nothing else."""
     from contamray.engines.wire import Request, Sampling
-    from contamray.pipeline.engine_pool import batched, work
+    from contamray.pipeline.engine_pool import batched, guessed_tokens
 
     def score(i: int, chars: int) -> tuple[str, Request]:
         return "cell", Request(key=f"s{i}", record_ids=(str(i),), kind="score", text="x" * chars)
@@ -47,7 +47,7 @@ def test_long_requests_go_to_the_engine_in_smaller_batches_so_progress_comes_oft
     assert [len(b) for b in batched(shards, 32, 8192)] == [9, 9, 9, 5]
     samples = Sampling(max_tokens=24, n=10)
     generate = Request(key="g", record_ids=("0",), kind="generate", text="x" * 400, sampling=samples)
-    assert work(generate) == 100 + 240
+    assert guessed_tokens(generate) == 100 + 240
     huge = [score(0, 100_000), *short[:3]]
     assert [len(b) for b in batched(huge, 32, 8192)] == [1, 3]  # a request past the budget goes alone
     for items in (short, shards, huge):

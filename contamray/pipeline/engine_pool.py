@@ -33,20 +33,20 @@ log = logging.getLogger("contamray")
 # health check and starts a replica, which loads the model again; about 90 s in all before giving up.
 RETRIES = 6
 MAX_RETRY_WAIT_S = 30.0
-# ray.request_batch_tokens: about this much work per batch (``work``), so that long requests (a sharded test's
+# ray.request_batch_tokens: about this much work per batch (``guessed_tokens``), so that long requests (a sharded test's
 # shard of long rows, many samples of a long prompt) come back, and show as progress, every minute or so on a CPU
 BATCH_TOKENS = 8192
 CHARS_PER_TOKEN = 4  # a text's tokens, guessed without a tokenizer (English BPE: about 4 characters a token)
 
 
-def work(request: Request) -> int:
+def guessed_tokens(request: Request) -> int:
     """A request's cost in tokens, guessed: its text's tokens, plus those it generates (samples x max_tokens)."""
     generated = request.sampling.n * request.sampling.max_tokens if request.kind == "generate" else 0
     return len(request.text) // CHARS_PER_TOKEN + generated
 
 
 def batched(items: list[tuple[str, Request]], size: int, tokens: int) -> list[list[tuple[str, Request]]]:
-    """Consecutive runs of ``items``, each ending at ``size`` requests or once its ``work`` reaches ``tokens``
+    """Consecutive runs of ``items``, each ending at ``size`` requests or once its ``guessed_tokens`` reach ``tokens``
     (a request longer than that is a batch alone). Decided by the requests alone, so a config always sends the
     same batches: a forward pass's last bits depend on its batch, and reruns must give the same bytes."""
     batches: list[list[tuple[str, Request]]] = []
@@ -54,7 +54,7 @@ def batched(items: list[tuple[str, Request]], size: int, tokens: int) -> list[li
     spent = 0
     for item in items:
         batch.append(item)
-        spent += work(item[1])
+        spent += guessed_tokens(item[1])
         if len(batch) >= size or spent >= tokens:
             batches.append(batch)
             batch, spent = [], 0

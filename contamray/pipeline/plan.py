@@ -322,15 +322,16 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
 def _grouped(said: list[tuple[str, str, str]]) -> list[str]:
     """One line per warning, each naming its method's config key; the same warning from several methods on one
     benchmark (six membership scores on a contiguous block) is one line naming every key, in first-seen order."""
-    groups: dict[str, list[tuple[str, str]]] = {}
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for label, name, text in said:
         rest = text.removeprefix(f"{name} on ")  # what is the same for every method that says it
-        groups.setdefault(rest if rest != text else text, []).append((label, text))
+        key = ("", rest) if rest != text else (label, text)  # a warning worded otherwise stays its method's own
+        groups.setdefault(key, []).append((label, text))
     return [
         f"methods.{said_by[0][0]}: {said_by[0][1]}"
         if len(said_by) == 1
         else f"methods.{{{','.join(label for label, _ in said_by)}}}: each on {rest}"
-        for rest, said_by in groups.items()
+        for (_, rest), said_by in groups.items()
     ]
 
 
