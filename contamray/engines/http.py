@@ -86,7 +86,7 @@ from contamray.engines.base import (
     token_limits,
     warn_truncated,
 )
-from contamray.engines.wire import Sampling
+from contamray.engines.wire import Sampling, guess_tokens
 
 log = logging.getLogger(__name__)
 
@@ -422,7 +422,7 @@ class HTTPEngine:
         path, body, copies = job
         text = body.get("prompt") or body["messages"][0]["content"]
         try:
-            choices = _choices(answer := self.post(path, body, len(text) / 4 + body["max_tokens"] * body["n"]))
+            choices = _choices(answer := self.post(path, body, guess_tokens(text, body["max_tokens"] * body["n"])))
         except RequestFailed as err:
             return Completion(text="", error=str(err))
         chat = path.endswith("chat/completions")
@@ -500,7 +500,7 @@ class HTTPEngine:
     def _score_echo(self, text: str) -> TokenScores:
         body = {"model": self.model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 0}
         try:
-            answer = self.post("/v1/completions", body, len(text) / 4 + 1)
+            answer = self.post("/v1/completions", body, guess_tokens(text, 1))
             n_prompt = int((answer.get("usage") or {})["prompt_tokens"])
             logprobs = _choices(answer)[0]["logprobs"]["token_logprobs"][:n_prompt]
             values = [float(x) for x in logprobs[1:]]

@@ -15,6 +15,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+CHARS_PER_TOKEN = 4  # a text's tokens, guessed without a tokenizer (English BPE: about 4 characters a token)
+
+
+def guess_tokens(text: str, generated: int = 0) -> float:
+    """The tokens a request will cost, guessed before it is sent: its text's (``CHARS_PER_TOKEN``) plus those it
+    asks to generate. What an API's token budget and an engine batch's size are planned with."""
+    return len(text) / CHARS_PER_TOKEN + generated
+
 
 @dataclass(frozen=True)
 class Sampling:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from contamray.engines.dedup import Dedup
-from contamray.engines.wire import Output, Request
+from contamray.engines.wire import Output, Request, guess_tokens
 from contamray.pipeline.plan import ModelPlan
 from contamray.pipeline.progress import Progress
 from contamray.serve.hosting import HOSTS, Hosts
@@ -36,13 +36,12 @@ MAX_RETRY_WAIT_S = 30.0
 # ray.request_batch_tokens: about this much work per batch (``guessed_tokens``), so that long requests (a sharded test's
 # shard of long rows, many samples of a long prompt) come back, and show as progress, every minute or so on a CPU
 BATCH_TOKENS = 8192
-CHARS_PER_TOKEN = 4  # a text's tokens, guessed without a tokenizer (English BPE: about 4 characters a token)
 
 
-def guessed_tokens(request: Request) -> int:
+def guessed_tokens(request: Request) -> float:
     """A request's cost in tokens, guessed: its text's tokens, plus those it generates (samples x max_tokens)."""
     generated = request.sampling.n * request.sampling.max_tokens if request.kind == "generate" else 0
-    return len(request.text) // CHARS_PER_TOKEN + generated
+    return guess_tokens(request.text, generated)
 
 
 def batched(items: list[tuple[str, Request]], size: int, tokens: int) -> list[list[tuple[str, Request]]]:
@@ -51,13 +50,13 @@ def batched(items: list[tuple[str, Request]], size: int, tokens: int) -> list[li
     same batches: a forward pass's last bits depend on its batch, and reruns must give the same bytes."""
     batches: list[list[tuple[str, Request]]] = []
     batch: list[tuple[str, Request]] = []
-    spent = 0
+    spent = 0.0
     for item in items:
         batch.append(item)
         spent += guessed_tokens(item[1])
         if len(batch) >= size or spent >= tokens:
             batches.append(batch)
-            batch, spent = [], 0
+            batch, spent = [], 0.0
     return batches + ([batch] if batch else [])
 
 
