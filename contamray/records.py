@@ -32,6 +32,12 @@ TASK_TYPES = (
 )
 
 
+def benchmark_of(partition: str) -> str:
+    """The benchmark name of a partition id: its first path element, whatever the rest (tolerant, unlike
+    ``partition_parts``: the readers of stored results take any id they find)."""
+    return partition.split("/", 1)[0]
+
+
 def partition_parts(partition: str) -> tuple[str, str, str]:
     """``(benchmark, config, split)`` of a partition id ``<benchmark>/<config>/<split>`` (what
     ``BenchmarkAdapter.partition`` builds), without the ``:<key>`` suffix of one of several partitions read from
@@ -67,7 +73,7 @@ class Record:
     @property
     def benchmark(self) -> str:
         """The benchmark name: the first path element of the partition."""
-        return self.partition.split("/", 1)[0]
+        return benchmark_of(self.partition)
 
     def to_row(self) -> dict[str, Any]:
         """A flat dict for Ray Data / Arrow (choices as a list, meta as JSON-safe dict)."""

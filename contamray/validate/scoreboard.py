@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from contamray.records import benchmark_of
 from contamray.report.runs import decision_of
 from contamray.validate.instance import instance_scores
 from contamray.validate.metrics import mean, roc_auc, tpr_at_fpr
@@ -114,7 +115,7 @@ def instance_rows(runs: Sequence[LabelledRun], max_fpr: float = 0.05) -> pd.Data
         ex = ex[(error == "") & ex["member"].notna()].copy()
         if ex.empty:
             continue
-        ex["benchmark"] = ex["partition"].astype(str).str.split("/").str[0]
+        ex["benchmark"] = ex["partition"].astype(str).map(benchmark_of)
         meta = parts.set_index(["model", "partition", "method"])[["duplication", "kind"]]
         meta = meta[~meta.index.duplicated()]
         for (model, method), table in ex.groupby(["model", "method"], sort=True):
@@ -124,7 +125,7 @@ def instance_rows(runs: Sequence[LabelledRun], max_fpr: float = 0.05) -> pd.Data
             table = table.assign(score=scores.values)
             table = table[table["score"].notna()]
             for partition, members in table[table["member"].astype(bool)].groupby("partition"):
-                bench = str(partition).split("/")[0]
+                bench = benchmark_of(str(partition))
                 others = table[(table["benchmark"] == bench) & ~table["member"].astype(bool)]
                 if members.empty or others.empty:
                     continue

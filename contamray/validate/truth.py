@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from contamray.pipeline.store import read_partitions
+from contamray.records import benchmark_of
 
 NOT_MEMBER = {"near_miss", "not_injected"}
 
@@ -177,7 +178,7 @@ def label_run(output_dir: str | Path) -> LabelledRun:
     labelled = _by_own_rows(labelled, examples)
     labelled["family"] = ["open" if o else "closed" for o in is_open]
     keys = labelled["benchmark"] if "benchmark" in labelled.columns else pd.Series([None] * len(labelled))
-    labelled["benchmark"] = labelled["partition"].astype(str).str.split("/").str[0]
+    labelled["benchmark"] = labelled["partition"].astype(str).map(benchmark_of)
     labelled["run"] = folder.name
     refs, ref_partitions = reference_keys(config), reference_partitions(config)
     is_ref = [

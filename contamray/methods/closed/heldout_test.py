@@ -87,7 +87,7 @@ from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict
 from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
-from contamray.records import Record
+from contamray.records import Record, benchmark_of
 from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
 from contamray.stats.tests import describe, mann_whitney_greater, mann_whitney_min_p, roc_auc, tpr_at_fpr
 
@@ -254,8 +254,8 @@ class HeldoutTest(Method):
             )
         partition = partitions[0] if partitions else ""
         ref_partitions = sorted({str(r.get("partition", "")) for r in ref})
-        foreign = [p for p in ref_partitions if _adapter(p) != _adapter(partition)]
-        same_benchmark = [r for r in ref if _adapter(str(r.get("partition", ""))) == _adapter(partition)]
+        foreign = [p for p in ref_partitions if benchmark_of(p) != benchmark_of(partition)]
+        same_benchmark = [r for r in ref if benchmark_of(str(r.get("partition", ""))) == benchmark_of(partition)]
         tested = ref if cfg.mode == "distribution" or not foreign else []
         non_members = same_benchmark if cfg.mode == "heldout" else []
         failed = [r for r in own if _failed(r)]
@@ -300,7 +300,7 @@ class HeldoutTest(Method):
         self, cfg: HeldoutConfig, partition: str, ref: list[dict], foreign: list[str], main: dict[str, Any]
     ) -> str:
         """Why the rows cannot decide (naming what to set), or "" when the test can."""
-        adapter = _adapter(partition) or "the benchmark"
+        adapter = benchmark_of(partition) or "the benchmark"
         if not ref:
             if not cfg.reference:
                 return (
@@ -389,11 +389,6 @@ def min_p_value(n1: int, n2: int) -> float:
     return 1.0 / math.comb(n1 + n2, n1) if n1 > 0 and n2 > 0 else 1.0
 
 
-def _adapter(partition: str) -> str:
-    """The adapter of a partition string ``adapter/config/split``."""
-    return partition.split("/", 1)[0]
-
-
 def _generated(adapter: str) -> bool:
     """A generated benchmark (every config and split an independent draw of one generator)."""
     from contamray.benchmarks import get_adapter
@@ -409,7 +404,7 @@ def _independent_rows(partition: str) -> bool:
     from contamray.benchmarks import get_adapter
 
     try:
-        return bool(get_adapter(_adapter(partition)).independent_rows)
+        return bool(get_adapter(benchmark_of(partition)).independent_rows)
     except (KeyError, ValueError):
         return False
 
