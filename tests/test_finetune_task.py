@@ -2,24 +2,26 @@
 
 On a ``ray.cluster_utils.Cluster`` of the driver's 2-CPU head and one 2-CPU ``trainer`` node (a custom resource
 only that node has, and its own ``CONTAMRAY_CACHE``: its own disk, as far as the run can tell), a real run
-injects 4 synthetic-facts rows (2 copies, no background, 64-token blocks: one optimiser step) into the
+injects 4 synthetic-facts rows (2 copies, no background, 64-token blocks: two optimiser steps) into the
 embedded model whose config asks for ``resources: {trainer: 1}``, and scores the rows with perplexity. The
 fine-tune must run on the trainer node as the task ``finetune:models.canary.inject`` with the node's 2 CPUs
-and the custom resource; the checkpoint lands in the trainer's cache and is published under the artifacts
-root, never on the driver's disk; the engine replica loads it from the URI (its node's fetch cache holds the
-published weights, which differ from the base model's); the examples carry the manifest's truth (every
-scored row a member) and no error. The next run's driver reuses the published fine-tune without a task.
+and the custom resource, its progress and losses in its log; the checkpoint lands in the trainer's cache and is
+published under the artifacts root, never on the driver's disk; the engine replica loads it from the URI (its
+node's fetch cache holds the published weights, which differ from the base model's); the examples carry the
+manifest's truth (every scored row a member) and no error. The next run's driver reuses the published fine-tune
+without a task.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from ray import serve
-from ray.util.state import list_tasks
+from ray.util.state import get_log, list_tasks
 
 from contamray.engines.models import EMBEDDED_MODELS, ensure_converted
 from contamray.pipeline.injections import Injections
@@ -70,6 +72,11 @@ def test_the_fine_tune_runs_on_the_node_the_model_asks_for_and_engines_load_it_f
     (task,) = [t for t in list_tasks(filters=[("name", "=", TASK)], detail=True, raise_on_missing_output=False)]
     assert task.node_id == trainer.node_id and task.state == "FINISHED"
     assert task.required_resources == {"CPU": 2.0, "trainer": 1.0}  # the model's resources, the node's CPUs
+    # its progress reached its stderr (which Ray forwards to the driver's output): before, a worker dropped it
+    said = "".join(get_log(task_id=task.task_id, suffix="err", node_id=task.node_id))
+    done = r"INFO fine-tune of \S+ \(\d+ blocks x 1 epochs\): done (\d+)/\1 steps in \d+s"
+    assert re.search(done, said), said[-2000:]
+    assert re.search(r"INFO finetune epoch 1/1: mean loss \d", said), said[-2000:]
 
     (published,) = (artifacts / "injected").glob("*/_COMPLETE")
     key = published.parent.name

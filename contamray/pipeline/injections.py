@@ -144,12 +144,15 @@ def finetune_options(
 def finetune_task(job: TrainJob, cache_dir: str | None, publish_to: str | None) -> tuple[str, str, dict[str, Any]]:
     """The body of the fine-tune task: torch on as many threads as the task has CPUs, the checkpoint trained
     into this node's cache (or found there), published to ``publish_to``; returns (node id, local path,
-    manifest)."""
+    manifest). Its progress (steps done / total, rate, ETA) and epoch losses reach the driver's output
+    through the task's stderr."""
     import ray
 
     from contamray.inject.prepare import train_injected
+    from contamray.pipeline.progress import log_to_stderr
     from contamray.ray_threads import limit_torch_threads
 
+    log_to_stderr()
     limit_torch_threads()
     injected = train_injected(job, cache_dir or injection_cache_dir())
     if publish_to:
