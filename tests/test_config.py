@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,29 @@ def test_a_models_custom_resources_reach_its_replicas_its_reservation_and_its_fi
     assert finetune_options(pool, available_cpus=0.0, nodes=nodes)["num_cpus"] == 1.0
     gpu = plan_of("+exp=canary", "models.canary.num_gpus=1", "models.canary.backend=hf").models["canary"]
     assert finetune_options(gpu, nodes=nodes) == {"num_cpus": 1.0, "num_gpus": 1.0}  # the replica's own
+
+
+def test_a_models_threads_key_is_checked_and_sets_its_replicas_compute_threads():
+    """``models.<name>.threads``: the replica's engine computes on that many torch threads instead of the one
+    Ray gives a 1-CPU actor (``OMP_NUM_THREADS=1``); a bad value names the key; a host with other threads is
+    another Serve application (it is not interchangeable with one computing on fewer)."""
+    from contamray.serve.hosting import app_name
+
+    two = plan_of("+exp=canary").models["canary"]  # the canary's target: 2 threads on its 1 reserved CPU
+    plain = plan_of("+exp=canary", "models.canary.threads=null").models["canary"]
+    assert plain.threads is None and two.threads == 2 and app_name(two) != app_name(plain)
+    assert plan_of("+exp=smoke").models["smollm2_135m"].threads is None  # the shipped models: their num_cpus
+    for bad in ("0", "1.5", "true", "many"):
+        with pytest.raises(ConfigError, match=r"models\.canary\.threads: expected an integer >= 1"):
+            plan_of("+exp=canary", f"models.canary.threads={bad}")
+    probe = (
+        "import sys, torch; from contamray.serve.hosting import EngineReplica; "
+        "spec = {'source': 'smollm2-135m', 'backend': 'hf', 'dtype': 'float32'}; "
+        "EngineReplica(spec, 'm', threads=int(sys.argv[1]) or None); print(torch.get_num_threads())"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # what Ray sets in a 1-CPU replica
+    threads = [
+        subprocess.run([sys.executable, "-c", probe, n], capture_output=True, text=True, env=env, check=True).stdout
+        for n in ("0", "2")
+    ]
+    assert [t.strip() for t in threads] == ["1", "2"]

@@ -27,7 +27,7 @@ from contamray.methods.base import BenchmarkFacts, Method, get_method, method_na
 
 log = logging.getLogger(__name__)
 
-MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type", "resources")
+MODEL_POOL_KEYS = ("num_gpus", "num_cpus", "concurrency", "accelerator_type", "resources", "threads")
 BACKENDS = ("auto", "hf", "vllm", "http")
 # backends that cannot return the vocabulary mean / std of log p (Min-K%++), and why
 NO_VOCAB_STATS = {
@@ -59,6 +59,8 @@ class ModelPlan:
     inject: dict[str, Any] | None = None  # fine-tune the source on benchmark rows first (contamray.inject)
     # custom Ray resources each replica (and an injected model's fine-tune) needs, e.g. {"big_memory": 1}
     resources: dict[str, float] = field(default_factory=dict)
+    # compute threads of each replica's engine (torch); None = its num_cpus (what Ray gives an actor)
+    threads: int | None = None
 
     @property
     def backend(self) -> str:
@@ -566,7 +568,20 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         accelerator_type=str(pool["accelerator_type"]) if pool.get("accelerator_type") else None,
         inject=dict(inject) if inject else None,
         resources=_custom_resources(f"{where}.resources", pool.get("resources")),
+        threads=_threads(f"{where}.threads", pool.get("threads")),
     )
+
+
+def _threads(where: str, value: Any) -> int | None:
+    """A model's engine threads per replica, checked: None (its num_cpus) or an integer >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{where}: expected an integer >= 1 (compute threads of each replica's engine) or null (its num_cpus), "
+            f"got {value!r}"
+        )
+    return value
 
 
 def _custom_resources(where: str, value: Any) -> dict[str, float]:

@@ -78,9 +78,13 @@ class EngineReplica:
     Either way the engine runs on threads: the event loop stays free for health checks.
     """
 
-    def __init__(self, engine_spec: dict[str, Any], model: str) -> None:
+    def __init__(self, engine_spec: dict[str, Any], model: str, threads: int | None = None) -> None:
         from contamray.engines import EngineSpec, build_engine
 
+        if threads:  # more compute threads than the CPUs the replica reserves (``models.<name>.threads``)
+            import torch
+
+            torch.set_num_threads(threads)
         started = time.perf_counter()
         self.engine = build_engine(EngineSpec(**engine_spec), streaming=True)
         self.model = model
@@ -121,6 +125,7 @@ def app_name(pool: ModelPlan) -> str:
         "concurrency": pool.concurrency,
         "accelerator_type": pool.accelerator_type,
         **({"resources": pool.resources} if pool.resources else {}),  # names of earlier specs unchanged
+        **({"threads": pool.threads} if pool.threads else {}),
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return APP_PREFIX + digest
@@ -287,7 +292,7 @@ class Hosts:
         # Not blocking: ``serve.run`` waits for the application on a thread that would outlive a deployment
         # given up on (and call into a Ray shut down under it); Serve's status is polled instead (``_until_up``).
         serve._run(
-            deployment.bind(dict(pool.engine), pool.name),
+            deployment.bind(dict(pool.engine), pool.name, pool.threads),
             _blocking=False,
             name=app,
             route_prefix=None,
