@@ -250,6 +250,10 @@ def test_a_models_threads_key_is_checked_and_sets_its_replicas_compute_threads()
     plain = plan_of("+exp=canary", "models.canary.threads=null").models["canary"]
     assert plain.threads is None and two.threads == 2 and app_name(two) != app_name(plain)
     assert plan_of("+exp=smoke").models["smollm2_135m"].threads is None  # the shipped models: their num_cpus
+    # the setting lives with the canary's model, not the experiment: `python -m contamray.run` (the canary's
+    # settings) with another model list plans that list (an experiment-level `models.canary` once made it
+    # "models.canary.source: missing")
+    assert list(plan_of("+exp=canary", "model=[smollm2_135m]").models) == ["smollm2_135m"]
     for bad in ("0", "1.5", "true", "many"):
         with pytest.raises(ConfigError, match=r"models\.canary\.threads: expected an integer >= 1"):
             plan_of("+exp=canary", f"models.canary.threads={bad}")
