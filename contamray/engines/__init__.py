@@ -30,6 +30,7 @@ from typing import Any
 
 from contamray.engines.base import Completion, Engine, TokenScores
 from contamray.engines.models import EMBEDDED_MODELS, resolve_model_path, source_choices
+from contamray.engines.tokenizer import resolve_tokenizer_path
 
 __all__ = [
     "BACKENDS",
@@ -57,7 +58,8 @@ class EngineSpec:
     ``kv_cache_gib`` applies to vLLM's CPU build only (``VLLM_CPU_KVCACHE_SPACE``, unless set);
     ``gpu_memory_utilization`` / ``tensor_parallel_size`` / ``enforce_eager`` to vLLM only;
     ``batch_size`` to transformers only (vLLM schedules its own batches). ``name`` is the config key
-    of the model (``models.<name>``), used in error messages.
+    of the model (``models.<name>``), used in error messages. ``tokenizer`` loads the tokenizer from another
+    source than the weights (a checkpoint saved without one; ``engines/tokenizer.py``).
 
     ``backend: http`` (``engines/http.py``) probes a model behind an OpenAI-compatible server instead:
     ``base_url`` (``http(s)://host:port``, without ``/v1``), ``served_model`` (the ``model`` field of the
@@ -81,6 +83,9 @@ class EngineSpec:
     enforce_eager: bool = True
     trust_remote_code: bool = False
     seed: int = 0
+    # the tokenizer's source when the checkpoint has none (a fine-tune saved without it): an embedded name, a
+    # local directory or a hub id; None = the checkpoint's own (engines/tokenizer.py)
+    tokenizer: str | None = None
     # backend: http (an OpenAI-compatible server, engines/http.py)
     base_url: str = ""
     served_model: str = ""
@@ -124,6 +129,8 @@ def check_http(params: dict[str, Any], where: str) -> None:
     repeating the value."""
     if str(params.get("backend", "")).lower() != "http":
         return
+    if params.get("tokenizer"):
+        raise ValueError(f"{where}.tokenizer: an http model is tokenised by its server; remove the key")
     url = str(params.get("base_url") or "")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"{where}.base_url: an http model needs the server's URL, e.g. http://127.0.0.1:8000 "
@@ -185,6 +192,7 @@ def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
     if backend == "http":
         return _http_engine(spec)
     path = resolve_model_path(spec.source, where=f"{spec.where}.source")
+    tokenizer = resolve_tokenizer_path(spec.tokenizer, where=f"{spec.where}.tokenizer") if spec.tokenizer else None
     label = f"{backend}:{spec.name or spec.source}"
     if backend == "hf":
         from contamray.engines.hf import HFEngine
@@ -198,6 +206,7 @@ def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
             seed=spec.seed,
             name=label,
             where=spec.where,
+            tokenizer_path=tokenizer,
         )
     from contamray.engines.vllm import VLLMEngine
 
@@ -214,6 +223,7 @@ def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
         name=label,
         where=spec.where,
         streaming=streaming,
+        tokenizer_path=tokenizer,
     )
 
 

