@@ -268,3 +268,33 @@ def test_a_models_threads_key_is_checked_and_sets_its_replicas_compute_threads()
         for n in ("0", "2")
     ]
     assert [t.strip() for t in threads] == ["1", "2"]
+
+
+def test_a_local_checkpoint_trained_again_in_place_is_another_model(tmp_path: Path):
+    """Cells and Serve applications of a local checkpoint key on its files (names, sizes, modification times):
+    the same config over weights written again is not served from the old model's cells or replicas."""
+    import json
+
+    from contamray.serve.hosting import app_name
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
+    (ckpt / "tokenizer.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"first weights")
+    run = ["+exp=base", "benchmark=[arc_challenge]", "method=[min_k]", "corpus=none"]
+
+    def hashes(target: str):
+        plan = plan_of(*run, f"models.smollm2_135m.source={target}", f"+reference_model={{source: {ckpt}}}",
+                       "+methods.ratio={method: reference_ratio}")  # fmt: skip
+        return {c.method: plan.cell_hash(c) for c in plan.cells}, app_name(plan.models["smollm2_135m"])
+
+    first, first_embedded = hashes(str(ckpt)), hashes("smollm2-135m")
+    assert hashes(str(ckpt)) == first  # unchanged files: the same cells, the same application
+    (ckpt / "model.safetensors").write_bytes(b"weights trained again")
+    again, again_embedded = hashes(str(ckpt)), hashes("smollm2-135m")
+    assert again[1] != first[1] and not set(again[0].values()) & set(first[0].values())
+    # the checkpoint as the reference model only: the ratio's cell changes, the embedded target's own cells do not
+    assert again_embedded[0]["ratio"] != first_embedded[0]["ratio"]
+    assert again_embedded[0]["min_k"] == first_embedded[0]["min_k"] and again_embedded[1] == first_embedded[1]
+    assert plan_of(*run).models["smollm2_135m"].files is None  # an embedded model (or a hub id) keys on its name

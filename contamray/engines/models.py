@@ -21,6 +21,7 @@ The cache root is ``$CONTAMRAY_CACHE/models`` (default ``~/.cache/contamray/mode
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import logging
@@ -103,6 +104,25 @@ def resolve_model_path(source: str, where: str = "model source") -> str:
     if _HUB_ID.match(source):  # 'org/name'; a missing local path like './x' or '/x/y' never matches
         return source
     raise ValueError(f"{where}: unknown model source {source!r}; expected {source_choices()}")
+
+
+def checkpoint_digest(source: str) -> str | None:
+    """A digest of a local checkpoint directory's files (relative names, sizes, modification times), or None
+    for any other source (an embedded model, a hub id, a URI: their content is fixed by name or revision).
+
+    Part of a cell's hash and of its Serve application's name: a model trained again into the same directory is
+    another model, so its stored cells are not reused and a kept deployment of the old weights is not either.
+    Sizes and times, as for corpus files, not the bytes: a plan does not read a 14 GB checkpoint."""
+    if not isinstance(source, str) or not source.strip() or "://" in source:
+        return None
+    path = Path(source.strip()).expanduser()
+    if source.strip().lower() in EMBEDDED_MODELS or not (path / "config.json").is_file():
+        return None
+    listing = []
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        stat = file.stat()
+        listing.append([str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns])
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 
 # config.json keys that state a checkpoint's context (tokens), by architecture family

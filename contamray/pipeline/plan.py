@@ -61,6 +61,8 @@ class ModelPlan:
     resources: dict[str, float] = field(default_factory=dict)
     # compute threads of each replica's engine (torch); None = its num_cpus (what Ray gives an actor)
     threads: int | None = None
+    # a local checkpoint's files (engines.models.checkpoint_digest): retrained in place, it is another model
+    files: str | None = None
 
     @property
     def backend(self) -> str:
@@ -212,12 +214,17 @@ class Plan:
         if cell.family == "closed":
             parts["model"] = self.models[cell.model].engine
             parts["inject"] = self.models[cell.model].inject
+            if self.models[cell.model].files:  # only then: hashes of other sources are those from before the key
+                parts["model_files"] = self.models[cell.model].files
         else:
             parts["corpus"] = self.corpus
             parts["corpus_content"] = self.corpus_digest
         for role in mp.roles():
             if role != "target":
-                parts[role] = self.pool_for_role(role, cell.model).engine
+                pool = self.pool_for_role(role, cell.model)
+                parts[role] = pool.engine
+                if pool.files:
+                    parts[f"{role}_files"] = pool.files
         parts["dependencies"] = [self.cell_hash(dep) for dep in self.dependencies(cell)]
         blob = json.dumps(parts, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -510,6 +517,7 @@ def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
 
 def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:
     from contamray.engines import EngineSpec, check_http
+    from contamray.engines.models import checkpoint_digest
 
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a mapping with at least `source`, got {spec!r}")
@@ -570,6 +578,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         inject=dict(inject) if inject else None,
         resources=_custom_resources(f"{where}.resources", pool.get("resources")),
         threads=_threads(f"{where}.threads", pool.get("threads")),
+        files=checkpoint_digest(str(spec["source"])) if spec["backend"] != "http" else None,
     )
 
 

@@ -126,6 +126,7 @@ def app_name(pool: ModelPlan) -> str:
         "accelerator_type": pool.accelerator_type,
         **({"resources": pool.resources} if pool.resources else {}),  # names of earlier specs unchanged
         **({"threads": pool.threads} if pool.threads else {}),
+        **({"files": pool.files} if pool.files else {}),  # a local checkpoint retrained in place is another model
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return APP_PREFIX + digest
