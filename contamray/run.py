@@ -13,7 +13,6 @@ score distributions) and the resolved ``config.yaml`` into the run's output dire
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from contamray import output_root
+from contamray import logs, output_root
 from contamray.experiments import CONF_DIR, with_experiment
 
 log = logging.getLogger("contamray")
@@ -127,7 +126,7 @@ def main(cfg: DictConfig) -> None:
     from contamray.pipeline.store import StoreWriteError
     from contamray.serve.hosting import DeployError
 
-    logging.basicConfig(level=os.environ.get("CONTAMRAY_LOG", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
+    logs.configure()
     try:
         run(cfg)
     except ConfigError as err:

@@ -13,11 +13,11 @@ Example::
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
+
+from contamray import logs
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     from contamray.validate.compose import compose_config, to_dict
 
     args = parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("CONTAMRAY_LOG", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
+    logs.configure()
     config = to_dict(compose_config(args.overrides, tempfile.mkdtemp(prefix="contamray-inject-")))
     try:
         plan = build_plan(config)

@@ -149,7 +149,7 @@ def finetune_task(job: TrainJob, cache_dir: str | None, publish_to: str | None) 
     import ray
 
     from contamray.inject.prepare import train_injected
-    from contamray.pipeline.progress import log_to_stderr
+    from contamray.logs import log_to_stderr
     from contamray.ray_threads import limit_torch_threads
 
     log_to_stderr()

@@ -156,23 +156,6 @@ class Progress:
         self.close()
 
 
-def log_to_stderr() -> None:
-    """contamray's log lines (progress among them) of this process to stderr at INFO, once.
-
-    For a Ray task or actor: a worker process configures no handler, so its INFO lines were dropped, while
-    Ray forwards a worker's stderr to the driver's output (prefixed with the task's name) and keeps it in
-    the task's log (``ray logs``, the state API's ``get_log``)."""
-    logger = logging.getLogger("contamray")
-    if any(getattr(h, "contamray_stderr", False) for h in logger.handlers):
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.contamray_stderr = True  # type: ignore[attr-defined]
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False  # a handler Ray or a library set on the root would print every line twice
-
-
 def _is_tty(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())

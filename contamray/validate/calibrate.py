@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from contamray import logs
 from contamray.engines.dedup import Dedup, content_key
 from contamray.methods.base import Method, Output, Request, Verdict, get_method
 from contamray.records import Record
@@ -221,7 +222,7 @@ def main(argv: list[str]) -> int:
     from contamray.engines import EngineSpec, build_engine
 
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.configure()
     names = [b for b in args.benchmarks.split(",") if b]
     unknown = [b for b in names if b not in adapter_names()]
     methods = [m for m in args.methods.split(",") if m]

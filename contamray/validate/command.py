@@ -21,6 +21,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from contamray import logs
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
     from contamray.validate.truth import label_run
 
     args = parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("CONTAMRAY_LOG", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
+    logs.configure()
     try:
         if args.truth is not None:
             print(write_truth_table(args.truth).read_text())
