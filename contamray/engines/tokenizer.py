@@ -6,8 +6,8 @@ slow tokenizers that says nothing about the cause. Here such a checkpoint is rec
 (``missing_tokenizer``) and when an engine loads it (``load_tokenizer``) - and the error names the key that
 fixes it: ``models.<name>.tokenizer``, the model the checkpoint was fine-tuned from (an embedded name such as
 ``smollm2-135m``, a local directory or a hub id; vLLM's ``tokenizer=`` argument, transformers'
-``AutoTokenizer`` on that source). A tokenizer with more tokens than the model's embedding table cannot be
-the model's own and is refused (``check_vocabulary``).
+``AutoTokenizer`` on that source). A tokenizer named apart from the model with more tokens than the model's embedding
+table cannot be the model's and is refused (``check_vocabulary``).
 """
 
 from __future__ import annotations
@@ -83,11 +83,13 @@ def load_tokenizer(path: str, where: str, explicit: bool, trust_remote_code: boo
 
 
 def check_vocabulary(tokenizer: Any, embedding_rows: int, where: str, explicit: bool) -> None:
-    """Refuse a tokenizer that can emit ids past the model's embedding table: it is not this model's."""
+    """Refuse a tokenizer given apart from the model (``explicit``) that can emit ids past the model's embedding
+    table: it is not this model's. A checkpoint's own tokenizer is not second-guessed (a few published ones
+    declare special tokens their embedding table lacks and work, since those tokens never occur)."""
     size = len(tokenizer)
-    if size > embedding_rows:
-        key = f"{where}.tokenizer" if explicit else f"{where}.source"
+    if explicit and size > embedding_rows:
         raise TokenizerError(
-            f"{key}: the tokenizer has {size} tokens but the model's embedding table {embedding_rows} rows, so it is "
-            f"not this model's tokenizer; set {where}.tokenizer to the model the checkpoint was fine-tuned from"
+            f"{where}.tokenizer: the tokenizer has {size} tokens but the model's embedding table {embedding_rows} "
+            f"rows, so it is not this model's tokenizer; set {where}.tokenizer to the model the checkpoint was "
+            "fine-tuned from"
         )
