@@ -62,6 +62,7 @@ def test_a_window_longer_than_the_context_a_checkpoint_declares_is_refused(tmp_p
     it is smaller than ``max_model_len`` (2048 in the model's config): min_k's default 2048-token windows cannot be
     scored by a 1024-token model, so the plan says so before the run instead of every row failing in it."""
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_positions": 1024}')
+    (tmp_path / "tokenizer.json").write_text("{}")  # a checkpoint with its tokenizer (tests/test_tokenizer.py)
     model = f"models.smollm2_135m.source={tmp_path}"
     with pytest.raises(ConfigError, match=r"methods.min_k.context_len: 2048 .* context of 1024 tokens .* <= 1024"):
         plan_of("method=[min_k]", model)
