@@ -8,11 +8,16 @@ top, for every entry point (``python -m contamray.run``, ``contamray inject``, `
   model fine-tuned on known partitions, every method, ending with the verdicts against the truth) -
   the default a newcomer should see first;
 - ``exp=NAME`` (without ``+``) means the same as ``+exp=NAME`` instead of Hydra's "no match in the
-  defaults list" error.
+  defaults list" error;
+- a ``models.<name>.<key>=...`` override of a model the run does not hold (``models.smollm2_135m.source=...``
+  on the canary, whose models are ``[canary]``) is named with the run's models and the fix
+  (``model_not_in_run``), instead of Hydra's "Could not override", whose suggested ``+`` would add a second
+  model to the run.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CONF_DIR = str((Path(__file__).parent / "conf").resolve())  # the Hydra config tree every entry point uses
@@ -44,3 +49,32 @@ def _asks_hydra_only(args: list[str]) -> bool:
     """``--help`` / ``--hydra-help`` / ``--info`` / shell completion: no experiment is composed."""
     hydra_only = ("--help", "-h", "--hydra-help", "--version")
     return any(a in hydra_only or a.startswith(("--info", "-sc", "--shell-completion")) for a in args)
+
+
+_MODEL_KEY = re.compile(r"^models\.([A-Za-z0-9_\-]+)\.[^=]+=")
+
+
+def model_not_in_run(overrides: list[str]) -> str | None:
+    """The error for a ``models.<name>.<key>=...`` override (no ``+``) naming a model the composed run does not
+    hold, or None. ``overrides`` as Hydra gets them (after ``with_experiment``); a sweep or a config that does
+    not compose without those overrides is left to Hydra (None)."""
+    named = {m.group(1): arg for arg in overrides if (m := _MODEL_KEY.match(arg))}
+    if not named or any(a.startswith("-") for a in overrides):  # -m sweeps, --cfg ...: Hydra's own handling
+        return None
+    from hydra import compose, initialize_config_dir
+
+    rest = [a for a in overrides if not _MODEL_KEY.match(a)]
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            models = set(compose(config_name="config", overrides=rest).get("models") or {})
+    except Exception:  # noqa: BLE001 - any other problem is Hydra's to report, with its own message
+        return None
+    missing = [name for name in named if name not in models]
+    if not missing:
+        return None
+    name = missing[0]
+    own = (Path(CONF_DIR) / "model" / f"{name}.yaml").is_file()
+    fix = (f"add model=[{name}] to run conf/model/{name}.yaml (the list replaces the run's models)" if own
+           else f"add +models.{name}={{source: ...}} for a model spec of your own")  # fmt: skip
+    return (f"{named[name].split('=', 1)[0]}: {name} is not a model of this run (its models: "
+            f"{', '.join(sorted(models)) or 'none'}); {fix}")  # fmt: skip

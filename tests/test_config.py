@@ -133,6 +133,8 @@ def test_cfg_job_prints_the_composed_llama2_config():
         (["benchmark=[no_such_benchmark]"], "no_such_benchmark"),
         (["method=[no_such_method]"], "no_such_method"),
         (["+methods.gpt3_13gram.bogus=2"], "bogus"),  # the canary (the default) runs gpt3_13gram
+        # a model key of a model the run does not hold (the canary's models: [canary]) names the fix
+        (["models.smollm2_135m.source=/x"], "smollm2_135m is not a model of this run (its models: canary"),
     ],
 )
 def test_cli_refuses_unknown_names_before_any_work(args, named, tmp_path):
@@ -140,6 +142,18 @@ def test_cli_refuses_unknown_names_before_any_work(args, named, tmp_path):
     assert out.returncode != 0
     assert named in out.stderr
     assert not (tmp_path / "run" / "examples.parquet").exists()
+
+
+def test_a_model_key_of_a_model_not_in_the_run_names_the_runs_models_and_the_fix():
+    from contamray.experiments import model_not_in_run, with_experiment
+
+    error = model_not_in_run(with_experiment(["models.smollm2_135m.source=/x"]))
+    assert error == ("models.smollm2_135m.source: smollm2_135m is not a model of this run (its models: canary); add "
+                     "model=[smollm2_135m] to run conf/model/smollm2_135m.yaml (the list replaces the run's models)")
+    assert "+models.mine={source: ...}" in model_not_in_run(with_experiment(["models.mine.source=/x"]))
+    assert model_not_in_run(with_experiment(["model=[smollm2_135m]", "models.smollm2_135m.source=/x"])) is None
+    assert model_not_in_run(with_experiment(["models.canary.threads=1"])) is None
+    assert model_not_in_run(with_experiment(["+models.mine={source: /x}", "run.limit=3"])) is None
 
 
 def test_no_experiment_named_means_the_canary_and_exp_needs_no_plus():
