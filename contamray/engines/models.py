@@ -106,23 +106,31 @@ def resolve_model_path(source: str, where: str = "model source") -> str:
     raise ValueError(f"{where}: unknown model source {source!r}; expected {source_choices()}")
 
 
+def local_checkpoint(source: str) -> Path | None:
+    """``source`` as a local checkpoint directory (one holding ``config.json``), or None for any other source (an
+    embedded model, a hub id, a URI, a path that is not a checkpoint)."""
+    if not isinstance(source, str) or not source.strip() or "://" in source:
+        return None
+    if source.strip().lower() in EMBEDDED_MODELS:
+        return None
+    path = Path(source.strip()).expanduser()
+    return path if (path / "config.json").is_file() else None
+
+
 def checkpoint_digest(source: str) -> str | None:
-    """A digest of a local checkpoint directory's files (relative names, sizes, modification times), or None
-    for any other source (an embedded model, a hub id, a URI: their content is fixed by name or revision).
+    """A digest of a local checkpoint directory's file listing (names, sizes, modification times: the corpus's
+    ``corpus.fingerprint.file_listing``), or None for any other source (an embedded model, a hub id, a URI: their
+    content is fixed by name or revision).
 
     Part of a cell's hash and of its Serve application's name: a model trained again into the same directory is
     another model, so its stored cells are not reused and a kept deployment of the old weights is not either.
     Sizes and times, as for corpus files, not the bytes: a plan does not read a 14 GB checkpoint."""
-    if not isinstance(source, str) or not source.strip() or "://" in source:
+    path = local_checkpoint(source)
+    if path is None:
         return None
-    path = Path(source.strip()).expanduser()
-    if source.strip().lower() in EMBEDDED_MODELS or not (path / "config.json").is_file():
-        return None
-    listing = []
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        stat = file.stat()
-        listing.append([str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns])
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+    from contamray.corpus.fingerprint import file_listing
+
+    return hashlib.sha256(json.dumps(file_listing(str(path.resolve()))).encode()).hexdigest()[:16]
 
 
 # config.json keys that state a checkpoint's context (tokens), by architecture family

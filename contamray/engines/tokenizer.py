@@ -25,15 +25,17 @@ class TokenizerError(ValueError):
     """A tokenizer that cannot be the model's, or none where one is needed; the message names the key to set."""
 
 
+def _holds_tokenizer(path: Path) -> bool:
+    return any((path / name).is_file() for name in TOKENIZER_FILES)
+
+
 def missing_tokenizer(source: str) -> bool:
     """True when ``source`` is a local checkpoint directory (``config.json``) without any tokenizer file;
     False otherwise - also when it cannot be known here (an embedded name, a hub id, a URI)."""
-    if not isinstance(source, str) or not source.strip() or "://" in source:
-        return False
-    path = Path(source.strip()).expanduser()
-    if not (path / "config.json").is_file():
-        return False
-    return not any((path / name).is_file() for name in TOKENIZER_FILES)
+    from contamray.engines.models import local_checkpoint
+
+    path = local_checkpoint(source)
+    return path is not None and not _holds_tokenizer(path)
 
 
 def resolve_tokenizer_path(source: str, where: str) -> str:
@@ -44,7 +46,7 @@ def resolve_tokenizer_path(source: str, where: str) -> str:
 
     path = Path(str(source).strip()).expanduser() if isinstance(source, str) and source.strip() else None
     if path is not None and path.is_dir():
-        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        if not _holds_tokenizer(path):
             raise TokenizerError(f"{where}: directory {str(path)!r} holds no tokenizer file (none of "
                                  f"{', '.join(TOKENIZER_FILES)}); point it at a directory written by "
                                  "tokenizer.save_pretrained, an embedded name or a hub id")  # fmt: skip
