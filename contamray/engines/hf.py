@@ -34,7 +34,9 @@ load time that ``head(decoder(x))`` reproduces ``model(x).logits`` and otherwise
 model's own logits (still reduced chunk by chunk).
 
 Batches are length-bucketed: texts are sorted by token count, batched, and results put back in input
-order, so padding waste is small. A batch that runs out of memory is halved and retried down to one
+order, so padding waste is small. Prompts to generate from are batched by the prefixes they share
+(``engines/prefix.py``: the prompts of a method often start with the same instruction), and a shared
+prefix is read once. A batch that runs out of memory is halved and retried down to one
 request (``base.halving``); a text or prompt that does not fit alone fails with the reason, the rest is
 answered. Scoring pads on the right (positions stay 0..n-1), generation on the
 left (what ``generate`` needs for decoder-only models).
@@ -42,8 +44,9 @@ left (what ``generate`` needs for decoder-only models).
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -63,6 +66,7 @@ from contamray.engines.base import (
     warn_truncated,
 )
 from contamray.engines.models import context_in_config
+from contamray.engines.prefix import length_buckets, prefix_batches, shareable
 from contamray.engines.tokenizer import TokenizerError, check_vocabulary, load_tokenizer
 from contamray.engines.wire import Sampling
 
@@ -108,13 +112,6 @@ def parse_dtype(dtype: str | torch.dtype, where: str = "dtype", on_gpu: bool = F
     return DTYPES[native_dtype(on_gpu)] if value == "auto" else value  # type: ignore[return-value]
 
 
-def length_buckets(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
-    """Indices grouped into batches of similar length (longest first, so memory limits show early)."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    for start in range(0, len(order), batch_size):
-        yield order[start : start + batch_size]
-
-
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """``text`` up to (not including) the earliest occurrence of any stop string."""
     end = len(text)
@@ -150,6 +147,7 @@ class HFEngine:
         name: str = "",
         where: str = "model",
         tokenizer_path: str | None = None,
+        share_prefixes: bool = True,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -192,6 +190,7 @@ class HFEngine:
             limit = min(limit, max_model_len)
         self.max_context: int = int(limit)
         self._fused_head = self._check_fused_head()
+        self._share_prefixes = share_prefixes
 
     # ------------------------------------------------------------------ tokens
     def _pad_id(self) -> int:
@@ -392,11 +391,10 @@ class HFEngine:
                 gen_config = GenerationConfig(**config_kwargs)
 
                 def run(part: list[int]) -> list[list[list[int]]]:
-                    ids, mask = self._pad_left([encoded[i] for i in part])
-                    out = self._generate_ids(ids, mask, gen_config, extra)
-                    return [[new_ids] * n for new_ids in out[:, ids.shape[1] :].tolist()]
+                    new = self._generate_ids([encoded[i] for i in part], gen_config, extra)
+                    return [[new_ids] * n for new_ids in new]
 
-                for bucket in length_buckets([len(s) for s in encoded], self.batch_size):
+                for bucket in prefix_batches(encoded, self.batch_size, most):
                     # out of memory: the bucket is halved and retried, then a prompt fails alone
                     for i, samples in zip(bucket, halving(run, bucket, self._failed(results), self.name)):
                         if samples is not None:
@@ -406,10 +404,8 @@ class HFEngine:
                 def run_one(part: list[int]) -> list[list[list[int]]]:
                     (i,) = part
                     torch.manual_seed(sampling.seed)
-                    gen_config = GenerationConfig(**{**config_kwargs, "max_new_tokens": limits[i]},
-                                                  num_return_sequences=n)  # fmt: skip
-                    ids, mask = self._pad_left([encoded[i]])
-                    return [self._generate_ids(ids, mask, gen_config, extra)[:, ids.shape[1] :].tolist()]
+                    gen_config = GenerationConfig(**{**config_kwargs, "max_new_tokens": limits[i]})
+                    return [self._generate_ids([encoded[i]], gen_config, extra, repeats=n)]
 
                 for i in range(len(encoded)):
                     (samples,) = halving(run_one, [i], self._failed(results), self.name)
@@ -417,9 +413,43 @@ class HFEngine:
                         self._fill(results[i], encoded[i], samples, limits[i], stops)
         return results
 
-    def _generate_ids(self, ids: torch.Tensor, mask: torch.Tensor, gen_config: Any, extra: dict[str, Any]) -> Any:
-        """One ``model.generate`` call on a padded batch: prompt and new ids (the one place generation runs)."""
-        return self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config, **extra)
+    def _generate_ids(
+        self, seqs: list[list[int]], gen_config: Any, extra: dict[str, Any], repeats: int = 1
+    ) -> list[list[int]]:
+        """The new ids of each prompt, ``repeats`` rows per prompt in order (a sampled prompt's ``n``), from one
+        ``model.generate`` call (the one place generation runs).
+
+        A prefix the prompts share (``prefix.shareable``: all but the last token of a prompt sampled ``n``
+        times, or a long common start of a batch) is read once: its key/value cache, copied to every row,
+        is passed to ``generate``, which reads only the rest. The rows are ``[prefix][left padding][rest]``
+        with the padding masked out, so each rest continues at the prefix's next position.
+        """
+        shared = shareable(seqs, repeats) if self._share_prefixes else 0
+        rows = len(seqs) * repeats
+        if shared:
+            try:
+                with torch.inference_mode():
+                    prefix = torch.tensor([seqs[0][:shared]], device=self.device)
+                    cache = self.model(input_ids=prefix, use_cache=True).past_key_values
+                    cache.batch_repeat_interleave(rows)
+            except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
+                log.warning("%s: cannot reuse a prompt prefix's cache (%s); prompts are read whole", self.name, exc)
+                self._share_prefixes, shared = False, 0
+        if not shared:
+            ids, mask = self._pad_left(seqs)
+            config = copy.copy(gen_config)
+            config.num_return_sequences = repeats
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **extra)
+            return out[:, ids.shape[1] :].tolist()
+        rest, rest_mask = self._pad_left([s[shared:] for s in seqs])
+        ids = torch.cat([prefix.expand(len(seqs), -1), rest], dim=1)
+        mask = torch.cat([torch.ones_like(ids[:, :shared]), rest_mask], dim=1)
+        if repeats > 1:
+            ids, mask = ids.repeat_interleave(repeats, dim=0), mask.repeat_interleave(repeats, dim=0)
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, past_key_values=cache, generation_config=gen_config, **extra
+        )
+        return out[:, ids.shape[1] :].tolist()
 
     @staticmethod
     def _failed(results: list[Completion]) -> Callable[[int, str], None]:

@@ -1,0 +1,92 @@
+"""Generation on the transformers backend with and without shared prompt prefixes (``engines/prefix.py``).
+
+Three workloads of the methods' own requests, on the embedded SmolLM2-135M in float32, ``--threads`` torch
+threads, each answered by ``pipeline.actors.answer_requests`` (as a replica answers a batch) on two engines
+that differ only in ``share_prefixes``:
+
+- guided prompting's completions: guided and general prompts of ``--rows`` ARC-Challenge and as many
+  ``synthetic_facts`` rows (instructions of ~60 and ~40 tokens shared per dataset);
+- its judge: the paper's few-shot judge prompt for each ARC row's guided completion (a long shared prefix);
+- CDD: ``--rows`` GSM8K questions, each one greedy request and one request for ``--samples`` samples.
+
+Per workload: seconds without and with sharing, their ratio, and how many answers are identical (greedy
+and seeded samples alike: the same tokens are expected). The last line is
+``prefix_sharing_ratio_unshared_over_shared: <x>x``, over the three workloads' total seconds.
+
+    python bench/prefix_sharing.py --mirror ../shared/benchmarks [--rows 20 --samples 10 --threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+print = functools.partial(print, flush=True)  # noqa: A001 - progress shows up in pipes
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def workloads(mirror: Path, rows: int, samples: int, answer) -> dict[str, list]:  # noqa: ANN001
+    from contamray.benchmarks import load_records
+    from contamray.engines.wire import Request, Sampling
+    from contamray.methods.base import get_method
+    from contamray.methods.closed.guided_prompting import _key, prepare
+    from contamray.methods.closed.guided_prompts import JUDGE_STOP, clean_completion, judge_prompt
+
+    guided = get_method("guided_prompting")
+    cfg = guided.make_config({"max_tokens": 12, "seed": 0})
+    arc = load_records("arc_challenge", mirror_dir=mirror).records[:rows]
+    facts = load_records("synthetic_facts", config="set2", split="test").records[:rows]
+    stage0 = guided.requests(arc + facts, cfg, 0, {})
+    completions = {o.key: o for o in answer(stage0)}  # the judge needs completions to judge
+    judge = [
+        Request(key=f"{r.id}|judge", record_ids=(r.id,), kind="generate", stage=1, engine="judge",
+                text=judge_prompt(prepare(r, cfg).second, clean_completion(completions[_key(r.id, "guided")].text)),
+                sampling=Sampling(max_tokens=cfg.judge_max_tokens, temperature=0.0, stop=JUDGE_STOP, seed=0))
+        for r in arc
+    ]  # fmt: skip
+    cdd = get_method("cdd")
+    cdd_cfg = cdd.make_config({"n_samples": samples, "max_tokens": 24, "seed": 0})
+    gsm8k = load_records("gsm8k", mirror_dir=mirror).records[:rows]
+    return {"guided prompting": stage0, "judge": judge, "cdd": cdd.requests(gsm8k, cdd_cfg, 0, {})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mirror", type=Path, default=ROOT.parent / "shared" / "benchmarks")
+    parser.add_argument("--rows", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+
+    from contamray.engines import resolve_model_path
+    from contamray.engines.hf import HFEngine
+    from contamray.pipeline.actors import answer_requests
+
+    torch.set_num_threads(args.threads)
+    path = resolve_model_path("smollm2-135m")
+    engines = {share: HFEngine(path, dtype="float32", batch_size=16, share_prefixes=share) for share in (False, True)}
+    work = workloads(args.mirror, args.rows, args.samples, lambda reqs: answer_requests(engines[True], reqs))
+    total = {False: 0.0, True: 0.0}
+    for name, requests in work.items():
+        seconds, answers = {}, {}
+        for share, engine in engines.items():
+            start = time.perf_counter()
+            answers[share] = answer_requests(engine, requests)
+            seconds[share] = time.perf_counter() - start
+            total[share] += seconds[share]
+        same = sum(a.token_ids == b.token_ids for a, b in zip(answers[False], answers[True], strict=True))
+        ratio = seconds[False] / seconds[True]
+        print(f"{name}: {len(requests)} requests, {seconds[False]:.1f} s read whole, {seconds[True]:.1f} s sharing "
+              f"prefixes ({ratio:.2f}x); {same} of {len(requests)} answers identical")  # fmt: skip
+    print(f"prefix_sharing_ratio_unshared_over_shared: {total[False] / total[True]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

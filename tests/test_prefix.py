@@ -1,0 +1,110 @@
+"""Prompts that start alike are read once (``engines/prefix.py``, ``HFEngine._generate_ids``).
+
+Known answers: planted groups of prompts sharing a prefix are batched together and apart from each other;
+on the real model, guided prompting's own prompts (two datasets, guided and general instructions) give the
+same greedy completions with and without sharing while the engine reads a fraction of the prompt tokens,
+and a prompt sampled ``n`` times gives the same samples with its prefix read once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from contamray.benchmarks import load_records
+from contamray.engines import resolve_model_path
+from contamray.engines.hf import HFEngine
+from contamray.engines.prefix import SHARE_MIN, common_prefix, prefix_batches, shareable
+from contamray.engines.wire import Sampling
+from contamray.methods.base import get_method
+
+
+def test_common_prefix_and_what_is_worth_sharing() -> None:
+    assert common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix([[5], [6]]) == 0 and common_prefix([]) == 0
+    long = list(range(40))
+    assert shareable([long, long + [99]]) == 39  # each row keeps a token of its own to read
+    assert shareable([long]) == 0 and shareable([long], repeats=3) == 39  # one prompt: only when sampled n times
+    assert shareable([long[:SHARE_MIN], long[: SHARE_MIN - 1] + [7]]) == 0  # too short to pay a pass
+
+
+def test_planted_groups_are_batched_together_and_apart() -> None:
+    rng = random.Random(0)
+    heads = {"a": [rng.randrange(1000) for _ in range(40)], "b": [rng.randrange(1000) for _ in range(40)]}
+    seqs, group = [], []
+    for name, head in heads.items():
+        for _ in range(20):
+            seqs.append(head + [rng.randrange(1000) for _ in range(rng.randrange(5, 30))])
+            group.append(name)
+    for _ in range(7):  # prompts sharing nothing worth it
+        seqs.append([1000 + rng.randrange(1000) for _ in range(rng.randrange(5, 60))])
+        group.append("none")
+    batches = prefix_batches(seqs, batch_size=16, new_tokens=12)
+    assert sorted(i for b in batches for i in b) == list(range(len(seqs)))
+    assert all(1 <= len(b) <= 16 for b in batches)
+    for b in batches:
+        assert len({group[i] for i in b}) == 1, [group[i] for i in b]  # never mixed
+        if group[b[0]] != "none" and len(b) > 1:
+            assert shareable([seqs[i] for i in b]) >= 40
+    assert len([b for b in batches if group[b[0]] == "a"]) == 2  # 20 rows: two batches, not one per row
+    lone = [b for b in batches if group[b[0]] == "none"]
+    assert [len(seqs[i]) for b in lone for i in b] == sorted((len(seqs[i]) for b in lone for i in b), reverse=True)
+
+
+@pytest.fixture(scope="module")
+def engines() -> dict[bool, HFEngine]:
+    path = resolve_model_path("smollm2-135m")
+    return {share: HFEngine(path, dtype="float32", batch_size=8, share_prefixes=share) for share in (True, False)}
+
+
+@contextlib.contextmanager
+def positions_read(engine: HFEngine) -> Iterator[list[int]]:
+    """A counter of the token positions the model's embedding layer reads (prompt and generated tokens)."""
+    read = [0]
+
+    def count(_module: torch.nn.Module, args: tuple) -> None:
+        read[0] += args[0].numel()
+
+    handle = engine.model.get_input_embeddings().register_forward_pre_hook(count)
+    try:
+        yield read
+    finally:
+        handle.remove()
+
+
+def complete_counting(engines: dict[bool, HFEngine], prompts: list[str], sampling: Sampling) -> tuple[dict, dict]:
+    out, read = {}, {}
+    for share, engine in engines.items():
+        with positions_read(engine) as counter:
+            out[share] = engine.complete(prompts, sampling)
+        read[share] = counter[0]
+    return out, read
+
+
+def test_guided_prompts_give_the_same_completions_reading_their_instruction_once(engines, mirror_dir) -> None:
+    method = get_method("guided_prompting")
+    cfg = method.make_config({"max_tokens": 6, "seed": 0})
+    records = load_records("synthetic_facts", config="set2", split="test").records[:4]
+    records += load_records("arc_challenge", mirror_dir=mirror_dir).records[:4]
+    prompts = [r.text for r in method.requests(records, cfg, 0, {})]  # guided and general, two datasets
+    sampling = Sampling(max_tokens=6, temperature=0.0)
+    out, read = complete_counting(engines, prompts, sampling)
+    assert [c.sample_ids for c in out[True]] == [c.sample_ids for c in out[False]]
+    assert [c.text for c in out[True]] == [c.text for c in out[False]]
+    assert [c.prompt_tokens for c in out[True]] == [c.prompt_tokens for c in out[False]]  # a request's cost
+    print("token positions read with / without sharing:", read[True], read[False])
+    assert read[True] < 0.75 * read[False]
+
+
+def test_a_prompt_sampled_n_times_is_read_once_and_keeps_its_samples(engines) -> None:
+    prompt = ["Question: a farmer has 17 sheep and all but 9 run away. How many sheep does the farmer have left?"]
+    sampling = Sampling(max_tokens=10, temperature=1.0, seed=3, n=6)
+    out, read = complete_counting(engines, prompt, sampling)
+    (shared,), (whole,) = out[True], out[False]
+    assert shared.sample_ids == whole.sample_ids and len(set(map(tuple, shared.sample_ids))) > 1
+    # six rows read the whole prompt; now one reads all but its last token and six rows read that token
+    assert read[False] - read[True] == 5 * (shared.prompt_tokens - 1)
