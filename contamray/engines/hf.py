@@ -430,7 +430,9 @@ class HFEngine:
             try:
                 with torch.inference_mode():
                     prefix = torch.tensor([seqs[0][:shared]], device=self.device)
-                    cache = self.model(input_ids=prefix, use_cache=True).past_key_values
+                    # the decoder alone when the head is plain (no logits are needed for a prefix)
+                    reader = self.model.get_decoder() if self._fused_head else self.model
+                    cache = reader(input_ids=prefix, use_cache=True).past_key_values
                     cache.batch_repeat_interleave(rows)
             except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
                 log.warning("%s: cannot reuse a prompt prefix's cache (%s); prompts are read whole", self.name, exc)
