@@ -108,3 +108,22 @@ def test_a_prompt_sampled_n_times_is_read_once_and_keeps_its_samples(engines) ->
     assert shared.sample_ids == whole.sample_ids and len(set(map(tuple, shared.sample_ids))) > 1
     # six rows read the whole prompt; now one reads all but its last token and six rows read that token
     assert read[False] - read[True] == 5 * (shared.prompt_tokens - 1)
+
+
+def test_a_model_whose_generate_takes_no_prefilled_cache_reads_prompts_whole(engines, caplog) -> None:
+    engine = HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", batch_size=8)
+    original = engine.model.generate
+
+    def without_cache(*args, **kwargs):  # as an architecture that cannot continue from a given cache
+        if kwargs.get("past_key_values") is not None:
+            raise TypeError("this model does not take past_key_values")
+        return original(*args, **kwargs)
+
+    engine.model.generate = without_cache
+    head = "Answer the question about the invented town below in one short sentence, without explanation.\n"
+    prompts = [head + "Q: When was Varnholt founded?\nA:", head + "Q: How many people live in Ostrel?\nA:"]
+    sampling = Sampling(max_tokens=5, temperature=0.0)
+    with caplog.at_level("WARNING", logger="contamray.engines.hf"):
+        out = engine.complete(prompts, sampling)
+    assert "prompts are read whole" in caplog.text and not engine._share_prefixes
+    assert out == engines[False].complete(prompts, sampling)

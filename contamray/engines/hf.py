@@ -59,6 +59,7 @@ from contamray.engines.base import (
     encode_texts,
     halving,
     has_chat_template,
+    is_out_of_memory,
     keep_head,
     keep_tail,
     score_rolling,
@@ -448,9 +449,17 @@ class HFEngine:
         mask = torch.cat([torch.ones_like(ids[:, :shared]), rest_mask], dim=1)
         if repeats > 1:
             ids, mask = ids.repeat_interleave(repeats, dim=0), mask.repeat_interleave(repeats, dim=0)
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, past_key_values=cache, generation_config=gen_config, **extra
-        )
+        try:
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, past_key_values=cache, generation_config=gen_config, **extra
+            )
+        except Exception as exc:  # noqa: BLE001 - an architecture whose generate takes no prefilled cache
+            if is_out_of_memory(exc):
+                raise  # halving's: the batch is split
+            log.warning("%s: generation from a prompt prefix's cache failed (%s: %s); prompts are read whole",
+                        self.name, type(exc).__name__, exc)  # fmt: skip
+            self._share_prefixes = False
+            return self._generate_ids(seqs, gen_config, extra, repeats)
         return out[:, ids.shape[1] :].tolist()
 
     @staticmethod
