@@ -472,10 +472,10 @@ def test_the_real_engine_halves_on_out_of_memory_and_answers_as_without_it(caplo
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
             return super()._score_batch(seqs, with_stats)
 
-        def _generate_ids(self, ids, mask, gen_config, extra):
-            if ids.shape[0] > self.limit:
+        def _generate_ids(self, seqs, gen_config, extra, repeats=1):
+            if len(seqs) * repeats > self.limit:
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
-            return super()._generate_ids(ids, mask, gen_config, extra)
+            return super()._generate_ids(seqs, gen_config, extra, repeats)
 
     path = resolve_model_path("smollm2-135m")
     tight = Tight(path, dtype="float32", batch_size=4)
