@@ -61,6 +61,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", default="float32", help="the engines' dtype (bfloat16 rounds the two paths apart)")
     args = parser.parse_args()
 
     import torch
@@ -71,7 +72,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     path = resolve_model_path("smollm2-135m")
-    engines = {share: HFEngine(path, dtype="float32", batch_size=16, share_prefixes=share) for share in (False, True)}
+    engines = {share: HFEngine(path, dtype=args.dtype, batch_size=16, share_prefixes=share) for share in (False, True)}
     work = workloads(args.mirror, args.rows, args.samples, lambda reqs: answer_requests(engines[True], reqs))
     total = {False: 0.0, True: 0.0}
     for name, requests in work.items():

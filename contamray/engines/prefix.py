@@ -14,9 +14,11 @@ step a fixed cost plus one per row (``STEP_COST``, ``ROW_COST``: a step of a sma
 weights whatever the batch, measured on SmolLM2-135M at about 30 prompt tokens' time, each row about 1.2
 more) - so a group is neither split at an arbitrary place (its rows would each read the prefix again) nor
 merged with prompts that share little with it. Prompts with no such neighbour are batched by length, as
-before. Greedy completions are those of the unshared batches: the same tokens on the prompts measured
-(``tests/test_prefix.py``; the float sums of a prefix read once and of a prefix read per row differ in their
-last bits, which could change a near tie).
+before. In float32, greedy completions and seeded samples are those of the prompts read whole: the same tokens
+on every prompt measured (``tests/test_prefix.py``, ``bench/prefix_sharing.py``: 140 of 140 answers). A prefix
+read once and a prefix read per row round differently, though, and in bfloat16 that changes near ties: 60 of
+70 answers identical (``--dtype bfloat16``), as another thread count, batch or machine changes some; the
+canary (bfloat16 on a CPU with AVX-512 BF16) kept every decision, its guided-prompting p-values moved.
 """
 
 from __future__ import annotations
