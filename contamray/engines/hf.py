@@ -428,13 +428,12 @@ class HFEngine:
         shared = shareable(seqs, repeats) if self._share_prefixes else 0
         rows = len(seqs) * repeats
         if shared:
-            try:
-                with torch.inference_mode():
-                    prefix = torch.tensor([seqs[0][:shared]], device=self.device)
-                    # the decoder alone when the head is plain (no logits are needed for a prefix)
-                    reader = self.model.get_decoder() if self._fused_head else self.model
-                    cache = reader(input_ids=prefix, use_cache=True).past_key_values
-                    cache.batch_repeat_interleave(rows)
+            try:  # (under complete's inference mode)
+                prefix = torch.tensor([seqs[0][:shared]], device=self.device)
+                # the decoder alone when the head is plain (no logits are needed for a prefix)
+                reader = self.model.get_decoder() if self._fused_head else self.model
+                cache = reader(input_ids=prefix, use_cache=True).past_key_values
+                cache.batch_repeat_interleave(rows)
             except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
                 log.warning("%s: cannot reuse a prompt prefix's cache (%s); prompts are read whole", self.name, exc)
                 self._share_prefixes, shared = False, 0

@@ -45,9 +45,15 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 def shareable(seqs: Sequence[Sequence[int]], repeats: int = 1) -> int:
     """The prefix worth reading once for one batch (each row keeps at least one token of its own to
     read), or 0: one prompt generating once, or fewer than ``SHARE_MIN`` tokens in common."""
-    if not seqs or (len(seqs) == 1 and repeats <= 1):
+    if not seqs:
         return 0
-    shared = min(common_prefix(seqs), min(len(s) for s in seqs) - 1)
+    return _worth_reading_once(common_prefix(seqs), min(len(s) for s in seqs), len(seqs) * repeats)
+
+
+def _worth_reading_once(common: int, shortest: int, rows: int) -> int:
+    """Of ``common`` shared ids, those read once for ``rows`` rows whose shortest prompt has ``shortest`` ids
+    (one row reads its prompt whole; every row keeps a token of its own), or 0 below ``SHARE_MIN``."""
+    shared = min(common, shortest - 1) if rows > 1 else 0
     return shared if shared >= SHARE_MIN else 0
 
 
@@ -71,8 +77,7 @@ def _segment(run: list[int], seqs: Sequence[Sequence[int]], adjacent: list[int],
             if start < end - 1:
                 shared = min(shared, adjacent[start])
             rows = end - start
-            prefix = min(shared, shortest - 1) if rows > 1 else 0
-            prefix = prefix if prefix >= SHARE_MIN else 0
+            prefix = _worth_reading_once(shared, shortest, rows)
             cost = best[start] + prefix + rows * (longest - prefix) + new_tokens * (STEP_COST + ROW_COST * rows)
             if cost < best[end]:
                 best[end], back[end] = cost, start
