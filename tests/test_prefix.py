@@ -127,3 +127,43 @@ def test_a_model_whose_generate_takes_no_prefilled_cache_reads_prompts_whole(eng
         out = engine.complete(prompts, sampling)
     assert "prompts are read whole" in caplog.text and not engine._share_prefixes
     assert out == engines[False].complete(prompts, sampling)
+
+
+# Models a user brings are not all Llama-like: position ids from the attention mask (GPT-2, OPT's learned
+# offsets), ALiBi (BLOOM), rotary (GPT-NeoX, Qwen2), multi-query caches (Falcon) each continue from a
+# prefilled cache in their own code. Tiny random-weight models of each, with the embedded tokenizer: their
+# greedy and sampled completions (different per prompt, random weights) must not depend on sharing.
+TINY = {
+    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 256},
+    "opt": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_dim": 128,
+            "max_position_embeddings": 256, "word_embed_proj_dim": 64},
+    "bloom": {"n_layer": 2, "hidden_size": 64, "n_head": 4},
+    "gpt_neox": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+                 "max_position_embeddings": 256},
+    "falcon": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "multi_query": True,
+               "new_decoder_architecture": False},
+    "qwen2": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 128, "max_position_embeddings": 256},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_other_architectures_complete_alike_with_and_without_sharing(model_type, tmp_path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **TINY[model_type])
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    head = "You are given the first piece of an instance from the test split of a dataset. Finish it exactly. "
+    prompts = [head + s for s in ("The capital of France is", "Two plus two is four", "Question: why? Answer:", "x")]
+    out = {}
+    for share in (True, False):
+        engine = HFEngine(str(tmp_path), dtype="float32", batch_size=8, share_prefixes=share)
+        greedy = engine.complete(prompts, Sampling(max_tokens=8))
+        sampled = engine.complete(prompts[:2], Sampling(max_tokens=6, temperature=1.0, n=3, seed=1))
+        out[share] = ([c.sample_ids for c in greedy], [c.sample_ids for c in sampled], engine._share_prefixes)
+    assert out[True][2], "sharing fell back to whole prompts"
+    assert out[True][:2] == out[False][:2]
+    assert len({tuple(ids[0]) for ids in out[True][0]}) > 1  # the prompts' answers differ: the check is not empty
