@@ -132,7 +132,8 @@ def test_a_model_whose_generate_takes_no_prefilled_cache_reads_prompts_whole(eng
 # Models a user brings are not all Llama-like: position ids from the attention mask (GPT-2, OPT's learned
 # offsets), ALiBi (BLOOM), rotary (GPT-NeoX, Qwen2), multi-query caches (Falcon) each continue from a
 # prefilled cache in their own code. Tiny random-weight models of each, with the embedded tokenizer: their
-# greedy and sampled completions (different per prompt, random weights) must not depend on sharing.
+# greedy and sampled completions (different per prompt, random weights) must not depend on sharing, and the
+# engine's token scores must be the model's own log-probabilities.
 TINY = {
     "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 256},
     "opt": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_dim": 128,
@@ -148,7 +149,7 @@ TINY = {
 
 
 @pytest.mark.parametrize("model_type", sorted(TINY))
-def test_other_architectures_complete_alike_with_and_without_sharing(model_type, tmp_path) -> None:
+def test_other_architectures_share_prefixes_and_score_as_their_model(model_type, tmp_path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
@@ -167,3 +168,12 @@ def test_other_architectures_complete_alike_with_and_without_sharing(model_type,
     assert out[True][2], "sharing fell back to whole prompts"
     assert out[True][:2] == out[False][:2]
     assert len({tuple(ids[0]) for ids in out[True][0]}) > 1  # the prompts' answers differ: the check is not empty
+    # and its token scores (decoder + output embeddings where they equal the logits) are the model's own
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    for text, scored in zip(prompts, engine.score(prompts, with_vocab_stats=True), strict=True):
+        ids = torch.tensor([engine.encode([text])[0]])
+        with torch.inference_mode():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+        own = logp.gather(1, ids[0, 1:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(scored.token_logprobs), own, atol=1e-4)
+        assert torch.allclose(torch.tensor(scored.token_mean), (logp.exp() * logp).sum(-1), atol=1e-4)
