@@ -15,7 +15,9 @@ weights whatever the batch, measured on SmolLM2-135M at about 30 prompt tokens' 
 more) - so a group is neither split at an arbitrary place (its rows would each read the prefix again) nor
 merged with prompts that share little with it. Prompts with no such neighbour are batched by length, as
 before. In float32, greedy completions and seeded samples are those of the prompts read whole: the same tokens
-on every prompt measured (``tests/test_prefix.py``, ``bench/prefix_sharing.py``: 140 of 140 answers). A prefix
+on every prompt measured (``tests/test_prefix.py``, ``bench/prefix_sharing.py``: 140 of 140 answers), on the
+embedded model and on six other architectures that position and cache tokens in their own ways (GPT-2, OPT,
+BLOOM, GPT-NeoX, Falcon, Qwen2: tiny random-weight models in ``tests/test_prefix.py``). A prefix
 read once and a prefix read per row round differently, though, and in bfloat16 that changes near ties: 60 of
 70 answers identical (``--dtype bfloat16``), as another thread count, batch or machine changes some; the
 canary (bfloat16 on a CPU with AVX-512 BF16) kept every decision, its guided-prompting p-values moved.
