@@ -165,6 +165,7 @@ def test_other_architectures_share_prefixes_and_score_as_their_model(model_type,
         greedy = engine.complete(prompts, Sampling(max_tokens=8))
         sampled = engine.complete(prompts[:2], Sampling(max_tokens=6, temperature=1.0, n=3, seed=1))
         out[share] = ([c.sample_ids for c in greedy], [c.sample_ids for c in sampled], engine._share_prefixes)
+    assert shareable(engine.encode_prompts(prompts, False)) >= SHARE_MIN  # the prompts do share a prefix
     assert out[True][2], "sharing fell back to whole prompts"
     assert out[True][:2] == out[False][:2]
     assert len({tuple(ids[0]) for ids in out[True][0]}) > 1  # the prompts' answers differ: the check is not empty
