@@ -148,11 +148,17 @@ TINY = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("model_type", sorted(TINY))
-def test_other_architectures_share_prefixes_and_score_as_their_model(model_type, tmp_path) -> None:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    return AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_other_architectures_share_prefixes_and_score_as_their_model(model_type, tokenizer, tmp_path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **TINY[model_type])
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
@@ -170,11 +176,10 @@ def test_other_architectures_share_prefixes_and_score_as_their_model(model_type,
     assert out[True][:2] == out[False][:2]
     assert len({tuple(ids[0]) for ids in out[True][0]}) > 1  # the prompts' answers differ: the check is not empty
     # and its token scores (decoder + output embeddings where they equal the logits) are the model's own
-    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     for text, scored in zip(prompts, engine.score(prompts, with_vocab_stats=True), strict=True):
         ids = torch.tensor([engine.encode([text])[0]])
         with torch.inference_mode():
-            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+            logp = torch.log_softmax(engine.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
         own = logp.gather(1, ids[0, 1:, None]).squeeze(1)
         assert torch.allclose(torch.tensor(scored.token_logprobs), own, atol=1e-4)
         assert torch.allclose(torch.tensor(scored.token_mean), (logp.exp() * logp).sum(-1), atol=1e-4)
