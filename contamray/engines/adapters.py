@@ -1,0 +1,131 @@
+"""A PEFT adapter (LoRA and its kin) as a model source: merged into its base model once, then cached.
+
+Why: a model fine-tuned with LoRA (peft, TRL, axolotl and most training scripts) is often saved as its adapter
+alone - ``adapter_config.json`` and ``adapter_model.safetensors``, no ``config.json`` - and a contaminated model a
+user brings may be exactly that. transformers loads such a directory only with ``peft`` installed and then runs the
+adapter beside the base weights; vLLM serves it only as a LoRA request on an engine started with ``enable_lora``;
+and the plan reads a checkpoint's ``config.json`` (its context, its files). So the adapter is merged into its base
+with peft's own ``merge_and_unload`` (each adapted weight becomes ``W + scaling * B @ A``: the function the adapted
+model computes) in float32, and saved with a tokenizer as a plain checkpoint under
+``$CONTAMRAY_CACHE/models/merged/``, which every engine (transformers, vLLM, a Serve replica on any node) loads as
+it loads any directory.
+
+The base is the adapter's ``base_model_name_or_path`` (``adapter_config.json``), resolved as any model source: an
+embedded name (``smollm2-135m``), a local directory, a hub id. The tokenizer is the adapter directory's when it
+holds one (trainers save it beside the adapter: it may add tokens), else the base's. The cache entry is named by
+a digest of the adapter's files (names, sizes, modification times, as ``models.checkpoint_digest``) and of the
+base (its resolved path and, for a local one, its files), so an adapter or a base trained again is merged again;
+the same digest is part of the run's cell hashes.
+
+Example (a config): ``models.mine.source: /ckpt/lora-gsm8k`` - a directory written by ``PeftModel.save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def adapter_dir(source: str) -> Path | None:
+    """``source`` as a local PEFT adapter directory (``adapter_config.json``, no ``config.json``), or None."""
+    if not isinstance(source, str) or not source.strip() or "://" in source:
+        return None
+    path = Path(source.strip()).expanduser()
+    if (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file():
+        return path
+    return None
+
+
+def adapter_base(path: Path, where: str) -> str:
+    """The base model source an adapter names (``base_model_name_or_path``); the error names the file and key."""
+    try:
+        config = json.loads((path / ADAPTER_CONFIG).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{where}: {path / ADAPTER_CONFIG} cannot be read as JSON ({exc}); it is not a PEFT "
+                         "adapter directory written by save_pretrained") from None  # fmt: skip
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(
+            f"{where}: the PEFT adapter at {str(path)!r} names no base model ({ADAPTER_CONFIG}: "
+            "base_model_name_or_path is empty); set it to the model the adapter was trained on (an embedded name "
+            "such as smollm2-135m, a local directory or a hub id)"
+        )
+    return base.strip()
+
+
+def check_adapter(source: str, where: str) -> None:
+    """What a plan checks of an adapter source before any work: peft is installed and the base is a model source
+    this machine can name (the merge itself happens where an engine is built)."""
+    path = adapter_dir(source)
+    if path is None:
+        return
+    base = adapter_base(path, where)
+    from contamray.engines.models import _HUB_ID, EMBEDDED_MODELS, local_checkpoint
+
+    if base.lower() not in EMBEDDED_MODELS and local_checkpoint(base) is None and not _HUB_ID.match(base):
+        raise ValueError(
+            f"{where}: the PEFT adapter at {str(path)!r} was trained on {base!r} ({ADAPTER_CONFIG}: "
+            "base_model_name_or_path), which is neither an embedded model, a local checkpoint directory nor a hub "
+            "id; point base_model_name_or_path at a copy of that model, or merge the adapter "
+            "(peft merge_and_unload) and give the merged checkpoint as the source"
+        )
+    _require_peft(where)
+
+
+def _require_peft(where: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise ValueError(f"{where}: a PEFT adapter directory needs the `peft` package to be merged into its base; "
+                         "install it (pip install peft), or give a merged checkpoint as the source")  # fmt: skip
+
+
+def adapter_digest(path: Path, where: str = "model source") -> str:
+    """A digest of the adapter's files and of its base (see the module docstring)."""
+    from contamray.corpus.fingerprint import file_listing
+    from contamray.engines.models import checkpoint_digest
+
+    base = adapter_base(path, where)
+    parts = {"adapter": file_listing(str(path.resolve())), "base": base, "base_files": checkpoint_digest(base)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def merged_checkpoint(path: Path, where: str) -> Path:
+    """The adapter at ``path`` merged into its base: a cached plain checkpoint directory (built on first use)."""
+    from contamray.engines.models import build_cached, cache_root, resolve_model_path
+
+    base = adapter_base(path, where)
+    _require_peft(where)
+    base_path = resolve_model_path(base, where=f"{where} (the adapter's base, {ADAPTER_CONFIG}: "
+                                                "base_model_name_or_path)")  # fmt: skip
+    digest = adapter_digest(path, where)
+    target = cache_root() / "merged" / f"{path.name}-{digest}"
+    return build_cached(
+        target,
+        lambda out: _merge(path, base_path, out),
+        {"adapter": str(path.resolve()), "base": base, "digest": digest},
+    )
+
+
+def _merge(adapter: Path, base_path: str, out: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from contamray.engines.tokenizer import TOKENIZER_FILES
+
+    log.info("merging the PEFT adapter %s into its base %s (one-off) -> %s", adapter, base_path, out)
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    own_tokenizer = any((adapter / name).is_file() for name in TOKENIZER_FILES)
+    tokenizer = AutoTokenizer.from_pretrained(str(adapter) if own_tokenizer else base_path)
+    if len(tokenizer) > base.get_input_embeddings().weight.shape[0]:  # tokens the trainer added
+        base.resize_token_embeddings(len(tokenizer))
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    merged.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))

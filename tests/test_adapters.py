@@ -1,0 +1,154 @@
+"""A LoRA adapter saved alone (``PeftModel.save_pretrained``: no config.json) as a model source (engines/adapters.py).
+
+Known answers: the adapter here is a real LoRA fine-tune of the embedded model (peft, AdamW) that made one text far
+more likely. The engine built on the adapter directory must score every text exactly as the adapted model itself
+computes it (the PeftModel, adapter unmerged: the base weights plus ``B @ A``) - so the merge is the adapter's
+function, not the base's (the planted text's log-likelihood rose by tens of nats) nor an approximation of it. The
+merge is cached and redone when the adapter is trained again (another digest: another model for the cell hashes);
+the plan reads its base's context and refuses a base it cannot name, naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from contamray.engines import EngineSpec, build_engine, resolve_model_path
+from contamray.engines.models import checkpoint_digest, declared_context
+from contamray.experiments import CONF_DIR
+from contamray.pipeline.plan import ConfigError, build_plan
+
+pytestmark = pytest.mark.slow
+
+PLANTED = "Zorvath Mellicand founded the river town of Quillabrae in 1742, on the banks of the Ostmere."
+TEXTS = [PLANTED, "The capital of France is Paris.", "Water boils at 100 degrees Celsius at sea level."]
+
+
+def train_lora(base_path: str, out: Path, steps: int) -> torch.nn.Module:
+    """A LoRA adapter (r=8 on the attention's q and v projections) trained ``steps`` AdamW steps on PLANTED, saved
+    alone to ``out``; returns the adapted model (adapter unmerged), in eval mode."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora)
+    batch = AutoTokenizer.from_pretrained(base_path)([PLANTED], return_tensors="pt")
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-3)
+    model.train()
+    for _ in range(steps):
+        model(**batch, labels=batch["input_ids"]).loss.backward()
+        optimiser.step()
+        optimiser.zero_grad()
+    model.save_pretrained(str(out))
+    return model.eval()
+
+
+@torch.no_grad()
+def own_logprobs(model: torch.nn.Module, tokenizer, text: str) -> list[float]:
+    """The model's own log-probability of each token of ``text`` after the first (full log_softmax)."""
+    ids = tokenizer([text], return_tensors="pt")["input_ids"]
+    logits = model(input_ids=ids).logits[0, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].tolist()
+
+
+@pytest.fixture(scope="module")
+def base_path() -> str:
+    return resolve_model_path("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def adapter(base_path: str, tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("lora") / "adapter"
+    model = train_lora(base_path, path, steps=10)
+    return path, model
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Merges go to this test's cache (the base is named by its absolute path: no conversion there)."""
+    monkeypatch.setenv("CONTAMRAY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_adapter_directory_is_a_peft_save_without_config(adapter, base_path: str) -> None:
+    path, _ = adapter
+    assert (path / "adapter_config.json").is_file() and not (path / "config.json").exists()
+    assert json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"] == base_path
+
+
+def test_an_adapter_scores_as_the_adapted_model_and_its_merge_is_cached(adapter, base_path: str, own_cache) -> None:
+    from transformers import AutoTokenizer
+
+    path, model = adapter
+    merged = resolve_model_path(str(path))
+    assert Path(merged).parent == own_cache / "models" / "merged" and (Path(merged) / "config.json").is_file()
+    stamp = (Path(merged) / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model_path(str(path)) == merged  # cached: not merged again
+    assert (Path(merged) / "model.safetensors").stat().st_mtime_ns == stamp
+
+    engine = build_engine(EngineSpec(source=str(path), backend="hf", dtype="float32", name="lora"))
+    base = build_engine(EngineSpec(source=base_path, backend="hf", dtype="float32", name="base"))
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    assert engine.encode(TEXTS) == base.encode(TEXTS)  # the base's tokenizer: the adapter saved none
+    ours, theirs = engine.score(TEXTS), base.score(TEXTS)
+    for text, scored in zip(TEXTS, ours, strict=True):
+        assert scored.token_logprobs == pytest.approx(own_logprobs(model, tokenizer, text), abs=1e-4)
+    # the adapter, not the base: the planted text became far more likely, the others moved less
+    gain = [sum(a.token_logprobs) - sum(b.token_logprobs) for a, b in zip(ours, theirs, strict=True)]
+    assert gain[0] > 20 and gain[0] > 3 * max(abs(g) for g in gain[1:]), gain
+
+
+def test_an_adapter_trained_again_is_another_model(adapter, base_path: str, tmp_path: Path) -> None:
+    path, _ = adapter
+    again = tmp_path / "adapter"
+    shutil.copytree(path, again)
+    first, merged = checkpoint_digest(str(again)), resolve_model_path(str(again))
+    assert first and first != checkpoint_digest(base_path)
+    train_lora(base_path, again, steps=2)  # saved over the same directory
+    assert checkpoint_digest(str(again)) != first
+    assert resolve_model_path(str(again)) != merged
+
+
+def test_an_adapter_with_its_own_tokenizer_files_keeps_them(adapter, base_path: str, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    path, _ = adapter
+    own = tmp_path / "with_tokenizer"
+    shutil.copytree(path, own)
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    tokenizer.model_max_length = 1234  # a mark the base's tokenizer does not carry
+    tokenizer.save_pretrained(str(own))
+    assert AutoTokenizer.from_pretrained(resolve_model_path(str(own))).model_max_length == 1234
+
+
+def plan_of(*overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    cfg.run.output_dir = "unused"
+    return build_plan(cfg)
+
+
+def test_the_plan_takes_an_adapter_and_refuses_a_base_it_cannot_name(adapter, tmp_path: Path) -> None:
+    path, _ = adapter
+    overrides = ["model=[]", f"+models.lora={{source: {path}, backend: hf, dtype: float32}}", "corpus=none",
+                 "benchmark=[synthetic_facts]", "method=[min_k]", "run.limit=4"]  # fmt: skip
+    plan = plan_of(*overrides)
+    assert plan.models["lora"].files == checkpoint_digest(str(path))
+    assert declared_context(str(path)) == 8192  # its base's
+
+    orphan = tmp_path / "orphan"
+    shutil.copytree(path, orphan)
+    config = json.loads((orphan / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(tmp_path / "gone")
+    (orphan / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError) as err:
+        plan_of(*overrides[:1], f"+models.lora={{source: {orphan}, backend: hf}}", *overrides[2:])
+    message = str(err.value)
+    assert "models.lora.source" in message and "base_model_name_or_path" in message and "gone" in message
