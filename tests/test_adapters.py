@@ -152,3 +152,26 @@ def test_the_plan_takes_an_adapter_and_refuses_a_base_it_cannot_name(adapter, tm
         plan_of(*overrides[:1], f"+models.lora={{source: {orphan}, backend: hf}}", *overrides[2:])
     message = str(err.value)
     assert "models.lora.source" in message and "base_model_name_or_path" in message and "gone" in message
+
+
+def test_a_base_config_beside_an_adapter_is_taken_and_a_models_weights_beside_it_are_refused(adapter, base_path: str,
+                                                                                            tmp_path: Path) -> None:
+    path, _ = adapter
+    with_config = tmp_path / "with_config"  # some trainers save the base's config.json beside the adapter
+    shutil.copytree(path, with_config)
+    shutil.copy(Path(base_path) / "config.json", with_config)
+    overrides = ["model=[]", f"+models.lora={{source: {with_config}, backend: hf}}", "corpus=none",
+                 "benchmark=[synthetic_facts]", "method=[min_k]", "run.limit=4"]  # fmt: skip
+    assert plan_of(*overrides).models["lora"].files == checkpoint_digest(str(with_config))  # no tokenizer: the base's
+    merged = Path(resolve_model_path(str(with_config)))
+    assert merged.parent.name == "merged" and (merged / "tokenizer.json").is_file()
+
+    with_weights = tmp_path / "with_weights"  # the adapter on top of these weights, or these weights alone?
+    shutil.copytree(with_config, with_weights)
+    shutil.copy(Path(base_path) / "model.safetensors", with_weights)
+    with pytest.raises(ConfigError) as err:
+        plan_of(overrides[0], f"+models.lora={{source: {with_weights}, backend: hf}}", *overrides[2:])
+    message = str(err.value)
+    assert "models.lora.source" in message and "model.safetensors" in message and "adapter_config.json" in message
+    with pytest.raises(ValueError, match="holds both a model's weights"):
+        resolve_model_path(str(with_weights))

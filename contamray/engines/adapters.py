@@ -1,21 +1,22 @@
 """A PEFT adapter (LoRA and its kin) as a model source: merged into its base model once, then cached.
 
 Why: a model fine-tuned with LoRA (peft, TRL, axolotl and most training scripts) is often saved as its adapter
-alone - ``adapter_config.json`` and ``adapter_model.safetensors``, no ``config.json`` - and a contaminated model a
-user brings may be exactly that. transformers loads such a directory only with ``peft`` installed and then runs the
-adapter beside the base weights; vLLM serves it only as a LoRA request on an engine started with ``enable_lora``;
-and the plan reads a checkpoint's ``config.json`` (its context, its files). So the adapter is merged into its base
-with peft's own ``merge_and_unload`` (each adapted weight becomes ``W + scaling * B @ A``: the function the adapted
-model computes) in float32, and saved with a tokenizer as a plain checkpoint under
-``$CONTAMRAY_CACHE/models/merged/``, which every engine (transformers, vLLM, a Serve replica on any node) loads as
-it loads any directory.
+alone - ``adapter_config.json`` and ``adapter_model.safetensors``, no weights of a model (some trainers add the
+base's ``config.json``) - and a contaminated model a user brings may be exactly that. transformers loads such a
+directory only with ``peft`` installed and then runs the adapter beside the base weights; vLLM serves it only as a
+LoRA request on an engine started with ``enable_lora``; and the plan reads a checkpoint's ``config.json`` (its
+context, its files). So the adapter is merged into its base with peft's own ``merge_and_unload`` (each adapted
+weight becomes ``W + scaling * B @ A``: the function the adapted model computes) in float32, and saved with a
+tokenizer as a plain checkpoint under ``$CONTAMRAY_CACHE/models/merged/``, which every engine (transformers, vLLM,
+a Serve replica on any node) loads as it loads any directory.
 
 The base is the adapter's ``base_model_name_or_path`` (``adapter_config.json``), resolved as any model source: an
 embedded name (``smollm2-135m``), a local directory, a hub id. The tokenizer is the adapter directory's when it
 holds one (trainers save it beside the adapter: it may add tokens), else the base's. The cache entry is named by
 a digest of the adapter's files (names, sizes, modification times, as ``models.checkpoint_digest``) and of the
 base (its resolved path and, for a local one, its files), so an adapter or a base trained again is merged again;
-the same digest is part of the run's cell hashes.
+the same digest is part of the run's cell hashes. A directory holding a model's weights *and* an adapter is refused
+(transformers would run the adapter on top of those weights, vLLM would load the weights alone).
 
 Example (a config): ``models.mine.source: /ckpt/lora-gsm8k`` - a directory written by ``PeftModel.save_pretrained``.
 """
@@ -30,20 +31,36 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
+# a model's own weights (transformers' file names): beside an adapter they make the directory ambiguous
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
 
 def adapter_dir(source: str) -> Path | None:
-    """``source`` as a local PEFT adapter directory (``adapter_config.json``, no ``config.json``), or None."""
+    """``source`` as a local PEFT adapter directory (one holding ``adapter_config.json``), or None."""
     if not isinstance(source, str) or not source.strip() or "://" in source:
         return None
     path = Path(source.strip()).expanduser()
-    if (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file():
-        return path
-    return None
+    return path if (path / ADAPTER_CONFIG).is_file() else None
+
+
+def _own_weights(path: Path) -> list[str]:
+    return [name for name in WEIGHT_FILES if (path / name).is_file()]
 
 
 def adapter_base(path: Path, where: str) -> str:
-    """The base model source an adapter names (``base_model_name_or_path``); the error names the file and key."""
+    """The base model source an adapter names (``base_model_name_or_path``); errors name the file, key and fix.
+
+    A directory holding a model's weights as well as an adapter is refused: transformers would run the adapter on
+    top of those weights, vLLM would load the weights alone - which model it is must be said by the layout (the
+    adapter in a directory of its own, naming the model's as its base)."""
+    if own := _own_weights(path):
+        raise ValueError(
+            f"{where}: {str(path)!r} holds both a model's weights ({', '.join(own)}) and a PEFT adapter "
+            f"({ADAPTER_CONFIG}), so which model it is depends on the loader; keep the adapter in a directory of its "
+            "own whose base_model_name_or_path names the model's directory, or give a merged checkpoint "
+            "(peft merge_and_unload) without the adapter files"
+        )
     try:
         config = json.loads((path / ADAPTER_CONFIG).read_text())
     except (OSError, ValueError) as exc:
@@ -56,7 +73,11 @@ def adapter_base(path: Path, where: str) -> str:
             "base_model_name_or_path is empty); set it to the model the adapter was trained on (an embedded name "
             "such as smollm2-135m, a local directory or a hub id)"
         )
-    return base.strip()
+    base = base.strip()
+    if Path(base).expanduser().resolve() == path.resolve():
+        raise ValueError(f"{where}: the PEFT adapter at {str(path)!r} names itself as its base ({ADAPTER_CONFIG}: "
+                         "base_model_name_or_path); set it to the model the adapter was trained on")  # fmt: skip
+    return base
 
 
 def check_adapter(source: str, where: str) -> None:

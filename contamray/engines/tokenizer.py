@@ -32,10 +32,11 @@ def _holds_tokenizer(path: Path) -> bool:
 def missing_tokenizer(source: str) -> bool:
     """True when ``source`` is a local checkpoint directory (``config.json``) without any tokenizer file;
     False otherwise - also when it cannot be known here (an embedded name, a hub id, a URI)."""
+    from contamray.engines.adapters import adapter_dir
     from contamray.engines.models import local_checkpoint
 
-    path = local_checkpoint(source)
-    return path is not None and not _holds_tokenizer(path)
+    path = local_checkpoint(source)  # a PEFT adapter's merge takes its base's tokenizer when it has none
+    return path is not None and adapter_dir(source) is None and not _holds_tokenizer(path)
 
 
 def resolve_tokenizer_path(source: str, where: str) -> str:
