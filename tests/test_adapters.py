@@ -175,3 +175,23 @@ def test_a_base_config_beside_an_adapter_is_taken_and_a_models_weights_beside_it
     assert "models.lora.source" in message and "model.safetensors" in message and "adapter_config.json" in message
     with pytest.raises(ValueError, match="holds both a model's weights"):
         resolve_model_path(str(with_weights))
+
+
+def test_a_base_that_cannot_be_loaded_here_names_the_adapter_and_the_key(adapter, tmp_path: Path, monkeypatch) -> None:
+    path, _ = adapter
+    remote = tmp_path / "remote_base"
+    shutil.copytree(path, remote)
+    config = json.loads((remote / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "some-org/a-model-not-here"  # a hub id: the plan cannot tell it is missing
+    (remote / "adapter_config.json").write_text(json.dumps(config))
+    import huggingface_hub.constants
+
+    # this machine has no hub: fail at once instead of after a minute of retries (the variable is read at import)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError) as err:
+        resolve_model_path(str(remote), where="models.lora.source")
+    message = str(err.value)
+    assert message.startswith("models.lora.source: cannot merge the PEFT adapter"), message
+    assert "some-org/a-model-not-here" in message
+    assert "base_model_name_or_path" in message
+    assert not [p for p in (tmp_path / "cache" / "models" / "merged").iterdir() if p.is_dir()]  # nothing half-made

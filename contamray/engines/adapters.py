@@ -127,11 +127,19 @@ def merged_checkpoint(path: Path, where: str) -> Path:
                                                 "base_model_name_or_path)")  # fmt: skip
     digest = adapter_digest(path, where)
     target = cache_root() / "merged" / f"{path.name}-{digest}"
-    return build_cached(
-        target,
-        lambda out: _merge(path, base_path, out),
-        {"adapter": str(path.resolve()), "base": base, "digest": digest},
-    )
+    try:
+        return build_cached(
+            target,
+            lambda out: _merge(path, base_path, out),
+            {"adapter": str(path.resolve()), "base": base, "digest": digest},
+        )
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # what transformers and peft raise for bad files
+        raise ValueError(
+            f"{where}: cannot merge the PEFT adapter at {str(path)!r} into its base {base!r} ({ADAPTER_CONFIG}: "
+            f"base_model_name_or_path): {type(exc).__name__}: {str(exc)[:500]}; point base_model_name_or_path at a "
+            "local copy of the model the adapter was trained on (an embedded name, a directory), or give a merged "
+            "checkpoint (peft merge_and_unload) as the source"
+        ) from exc
 
 
 def _merge(adapter: Path, base_path: str, out: Path) -> None:
