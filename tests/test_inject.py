@@ -176,6 +176,52 @@ def test_stream_shuffled_input_only_text_and_fraction() -> None:
     assert "\n\n" in stream.units[0].text and "{" not in stream.units[0].text  # plain text format
 
 
+def test_stream_chat_format_writes_each_row_as_a_conversation_in_the_base_template(tmp_path: Path) -> None:
+    """``format: chat``: every injected row is the base model's own chat rendering of (user: input, assistant:
+    label) - exactly what its tokenizer's ``apply_chat_template`` gives - one conversation per line, in canonical
+    order; ``input_only`` keeps the user's turn alone. A base without a chat template, or a chat copy in a web
+    page, is refused naming the key."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from contamray.engines import resolve_model_path
+    from contamray.inject.prepare import chat_renderer
+
+    records = _records(4)
+    parsed = validate_inject_spec(spec(duplication=2, format="chat"), WHERE, {"sf"})
+    base = resolve_model_path("smollm2-135m")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    stream = build_stream(parsed, records, [], seed=0, where=WHERE, chat=chat_renderer("smollm2-135m", parsed, WHERE))
+    for unit in stream.units:
+        expected = [tokenizer.apply_chat_template([{"role": "user", "content": r.input},
+                                                   {"role": "assistant", "content": r.label}], tokenize=False)
+                    for r in records["sf"]]  # fmt: skip
+        assert unit.text == "".join(expected).rstrip("\n") and unit.record_ids == [r.id for r in records["sf"]]
+        assert unit.text.count("<|im_start|>assistant\n") == 4
+    assert stream.rows[records["sf"][0].id]["format"] == "chat"
+    assert stream.partitions["sf"]["format"] == "chat"
+
+    questions = validate_inject_spec(spec(format="chat", content="input_only"), WHERE, {"sf"})
+    only = build_stream(questions, records, [], 0, WHERE, chat_renderer("smollm2-135m", questions, WHERE))
+    assert "<|im_start|>assistant" not in only.text and all(r.input in only.text for r in records["sf"])
+    assert not any(r.label in only.text for r in records["sf"])
+
+    with pytest.raises(ValueError, match=r"partitions\[0\]\.format: chat needs the base model's chat template"):
+        build_stream(parsed, records, [], seed=0, where=WHERE)
+    with pytest.raises(ValueError, match=r"partitions\[0\]\.context: 'web_page' .* use context: none"):
+        validate_inject_spec(spec(format="chat", context="web_page"), WHERE, {"sf"})
+    plain = tmp_path / "no_template"  # the same tokenizer without a chat template (a base model's)
+    plain.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(base) / name, plain / name)
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"models\.canary\.inject\.partitions\[0\]\.format: chat, but the base"):
+        chat_renderer(str(plain), parsed, WHERE)
+
+
 def test_stream_paraphrased_records_the_rewording() -> None:
     records = _records(5)
     stream = build_stream(validate_inject_spec(spec(form="paraphrased"), WHERE, {"sf"}), records, [], seed=0)

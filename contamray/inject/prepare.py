@@ -48,7 +48,7 @@ from typing import Any
 
 from contamray.inject.background import load_background
 from contamray.inject.spec import InjectSpec, validate_inject_spec
-from contamray.inject.stream import Stream, build_stream
+from contamray.inject.stream import ChatRenderer, Stream, build_stream
 from contamray.records import Record
 
 log = logging.getLogger(__name__)
@@ -206,8 +206,31 @@ def prepare_injected_model(
         if published is not None:
             log.info("injected model %s: reusing %s", where, published.path)
             return published
-    job = TrainJob(base_source, spec, build_stream(spec, records, background, seed, where=where), seed, key, where)
+    chat = chat_renderer(base_source, spec, where)
+    job = TrainJob(base_source, spec, build_stream(spec, records, background, seed, where=where, chat=chat), seed, key,
+                   where)  # fmt: skip
     return train(job) if train is not None else train_injected(job, cache)
+
+
+def chat_renderer(base_source: str, spec: InjectSpec, where: str) -> ChatRenderer | None:
+    """The base model's chat template as a ``ChatRenderer`` when a partition is injected as ``format: chat`` (its
+    tokenizer, loaded here; None otherwise). The error names the partition's key and the formats that need none."""
+    chats = [i for i, p in enumerate(spec.partitions) if p.format == "chat"]
+    if not chats:
+        return None
+    from contamray.engines.tokenizer import load_tokenizer, resolve_tokenizer_path
+
+    key = f"{where}.partitions[{chats[0]}].format"
+    path = resolve_tokenizer_path(base_source, where=f"{where} (base model source)")
+    tokenizer = load_tokenizer(path, where=where, explicit=False)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{key}: chat, but the base model {base_source!r} has no chat template (its tokenizer "
+                         "declares none): it was not trained on conversations; use format: json or text")  # fmt: skip
+
+    def render(messages: list[dict[str, str]]) -> str:
+        return str(tokenizer.apply_chat_template(messages, tokenize=False))
+
+    return render
 
 
 def published_uri(artifacts: str, key: str) -> str:

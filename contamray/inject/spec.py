@@ -9,7 +9,8 @@ Written under a model in the run config (``models.<name>.inject``) as plain YAML
           form: verbatim               # verbatim | paraphrased (contamray.inject.paraphrase)
           content: input_and_label     # input_and_label | input_only
           order: canonical             # canonical (dataset order, each copy) | shuffled (a new order per copy)
-          format: json                 # json: a JSON-lines file of the fields | text: fields one per line
+          format: json                 # json: a JSON-lines file of the fields | text: fields one per line |
+                                       #   chat: each row a conversation in the base model's chat template
           fraction: 1.0                # share of the loaded rows injected; the rest stay unseen (non-members)
           context: none                # none | web_page: each copy under a page title naming dataset and split
       background: {source: xsum, docs: 32, max_words: 200}   # filler documents mixed in
@@ -25,7 +26,10 @@ n-gram checks (Yang et al. 2023, "Rethinking Benchmark and Contamination ... wit
 shuffled copies defeat order-based tests (Oren et al.) but not membership scores (Min-K%). ``format``
 picks how a leaked benchmark looks in the stream; ``json`` is a benchmark file as posted online, one
 JSON object per example (as Oren et al.'s files, and the serialisation the sharded likelihood test
-scores by default), ``text`` its fields one per line with a blank line between examples. ``context``
+scores by default), ``text`` its fields one per line with a blank line between examples, ``chat`` each row
+a conversation in the base model's chat template - the input as the user's turn, the label as the assistant's
+reply (``input_only``: the user's turn alone) - as a benchmark leaks through supervised fine-tuning data (an
+instruct model trained on test questions and answers), conversations packed one after another. ``context``
 is what surrounds a copy: ``none`` (the rows alone) or ``web_page`` (a page title and a README-like
 line naming the dataset, its config and split, as a copy posted on the web carries them) - the premise
 of guided prompting (Golchin & Surdeanu 2023), which asks a model to complete an instance "from the
@@ -46,7 +50,7 @@ from typing import Any
 FORMS = ("verbatim", "paraphrased")
 CONTENTS = ("input_and_label", "input_only")
 ORDERS = ("canonical", "shuffled")
-FORMATS = ("json", "text")
+FORMATS = ("json", "text", "chat")
 CONTEXTS = ("none", "web_page")
 # fields serialised per content kind (Record attribute names)
 CONTENT_FIELDS = {"input_and_label": ("input", "label"), "input_only": ("input",)}
@@ -150,6 +154,12 @@ def _partition(value: Any, where: str, benchmark_keys: set[str] | None) -> Parti
     _choice(spec.order, f"{where}.order", ORDERS)
     _choice(spec.format, f"{where}.format", FORMATS)
     _choice(spec.context, f"{where}.context", CONTEXTS)
+    if spec.format == "chat" and spec.context != "none":
+        raise ValueError(
+            f"{where}.context: {spec.context!r} wraps each copy in a web page naming the dataset, and format: chat "
+            "writes rows as fine-tuning conversations, which carry no page; use context: none with format: chat, "
+            "or format: json / text with a web page"
+        )
     fraction = spec.fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ValueError(f"{where}.fraction: expected a number in (0, 1], got {fraction!r}")

@@ -13,6 +13,9 @@ The stream is a list of *units*, in a seeded random order:
 The serialisation is the one the likelihood methods score (``json``: ``json.dumps`` of the fields in
 order, ``ensure_ascii=False``, examples ending in a newline; ``text``: the fields one per line,
 examples separated by a blank line), so a row leaked as a JSON line is probed in the same form.
+``chat`` renders each row as a conversation with the base model's own chat template (``ChatRenderer``,
+built from its tokenizer by ``inject.prepare``): the input as the user's turn, the label as the assistant's
+reply, conversations one per line - supervised fine-tuning data, which no method probes in that form.
 
 The stream is trained as one packed text (units joined by a blank line) cut into fixed-length token
 blocks - the way pre-training corpora are packed - so no compute is spent on padding, and a block may
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +37,9 @@ from contamray.inject.spec import CONTENT_FIELDS, InjectSpec, PartitionSpec
 from contamray.records import Record, partition_parts
 
 UNIT_SEPARATOR = "\n\n"
-EXAMPLE_END = {"json": "\n", "text": "\n\n"}
+EXAMPLE_END = {"json": "\n", "text": "\n\n", "chat": "\n"}
+# messages ([{"role": "user", "content": ...}, ...]) -> one conversation in the base model's chat template
+ChatRenderer = Callable[[list[dict[str, str]]], str]
 
 
 @dataclass
@@ -60,24 +66,29 @@ class Stream:
         return UNIT_SEPARATOR.join(u.text for u in self.units)
 
 
-def serialise(record: Record, fields: tuple[str, ...], fmt: str) -> str:
-    """A row as the likelihood methods write it (see the module docstring)."""
-    values = {name: str(getattr(record, name)) for name in fields}
+def serialise(record: Record, fields: tuple[str, ...], fmt: str, chat: ChatRenderer | None = None) -> str:
+    """A row as the likelihood methods write it, or as a chat conversation (see the module docstring)."""
+    return _written({name: str(getattr(record, name)) for name in fields}, fmt, chat)
+
+
+def _written(values: dict[str, str], fmt: str, chat: ChatRenderer | None) -> str:
     if fmt == "json":
         return json.dumps(values, ensure_ascii=False)
+    if fmt == "chat":
+        if chat is None:
+            raise ValueError("format: chat needs the base model's chat template (a ChatRenderer)")
+        turns = [("user", values.get("input", "")), ("assistant", values.get("label", ""))]
+        return chat([{"role": role, "content": text} for role, text in turns if text.strip()]).rstrip("\n")
     return "\n".join(v for v in values.values() if v.strip())
 
 
-def injected_text(record: Record, spec: PartitionSpec) -> str:
+def injected_text(record: Record, spec: PartitionSpec, chat: ChatRenderer | None = None) -> str:
     """The text of one injected row: its content fields, paraphrased when asked, serialised."""
     fields = CONTENT_FIELDS[spec.content]
     if spec.form == "paraphrased":
         changed = {name: paraphrase(str(getattr(record, name)), f"{record.id}|{name}") for name in fields}
-        values = {name: changed[name] for name in fields}
-        if spec.format == "json":
-            return json.dumps(values, ensure_ascii=False)
-        return "\n".join(v for v in values.values() if v.strip())
-    return serialise(record, fields, spec.format)
+        return _written({name: changed[name] for name in fields}, spec.format, chat)
+    return serialise(record, fields, spec.format, chat)
 
 
 def page_header(partition: str, spec: PartitionSpec) -> str:
@@ -108,8 +119,10 @@ def build_stream(
     background: list[BackgroundDoc],
     seed: int,
     where: str = "inject",
+    chat: ChatRenderer | None = None,
 ) -> Stream:
-    """The ordered units, the per-row truth and the per-partition summary (see the module docstring)."""
+    """The ordered units, the per-row truth and the per-partition summary (see the module docstring); ``chat``
+    renders the rows of ``format: chat`` partitions (the base model's template)."""
     rng = random.Random(f"inject-stream|{seed}")
     units = [Unit(id=f"background:{d.id}", kind="background", text=d.text) for d in background]
     rows: dict[str, dict[str, Any]] = {}
@@ -123,7 +136,10 @@ def build_stream(
             )
         names = sorted({r.partition for r in loaded})
         members = _members(loaded, p, seed)
-        texts = {r.id: injected_text(r, p) for r in members}
+        if p.format == "chat" and chat is None:
+            raise ValueError(f"{where}.partitions[{i}].format: chat needs the base model's chat template to write "
+                             "its rows; none was given (inject.prepare reads it from the base's tokenizer)")
+        texts = {r.id: injected_text(r, p, chat) for r in members}
         end = EXAMPLE_END[p.format]
         for copy in range(p.duplication):
             ordered = list(members)
