@@ -312,3 +312,23 @@ def test_a_local_checkpoint_trained_again_in_place_is_another_model(tmp_path: Pa
     assert again_embedded[0]["ratio"] != first_embedded[0]["ratio"]
     assert again_embedded[0]["min_k"] == first_embedded[0]["min_k"] and again_embedded[1] == first_embedded[1]
     assert plan_of(*run).models["smollm2_135m"].files is None  # an embedded model (or a hub id) keys on its name
+
+
+def test_share_prefixes_is_checked_kept_only_when_false_and_reaches_the_engine():
+    """``models.<name>.share_prefixes``: the default (true) leaves specs, cell hashes and application names as they
+    were before the key; false is another computation (the last bits of a float may differ), so its cells are other
+    cells, and the transformers engine built from the plan's spec reads every prompt whole."""
+    from contamray.engines import EngineSpec, build_engine
+    from contamray.serve.hosting import app_name
+
+    run = ["+exp=base", "benchmark=[arc_challenge]", "method=[min_k]", "corpus=none", "models.smollm2_135m.backend=hf"]
+    default, explicit = plan_of(*run), plan_of(*run, "models.smollm2_135m.share_prefixes=true")
+    whole = plan_of(*run, "models.smollm2_135m.share_prefixes=false")
+    assert "share_prefixes" not in default.models["smollm2_135m"].engine
+    assert [default.cell_hash(c) for c in default.cells] == [explicit.cell_hash(c) for c in explicit.cells]
+    assert app_name(default.models["smollm2_135m"]) == app_name(explicit.models["smollm2_135m"])
+    assert not {default.cell_hash(c) for c in default.cells} & {whole.cell_hash(c) for c in whole.cells}
+    engines = [build_engine(EngineSpec(**{**p.models["smollm2_135m"].engine, "name": "m"})) for p in (default, whole)]
+    assert [e._share_prefixes for e in engines] == [True, False]
+    with pytest.raises(ConfigError, match=r"models\.smollm2_135m\.share_prefixes: expected true or false, got 'no'"):
+        plan_of(*run, "models.smollm2_135m.share_prefixes=no")

@@ -86,6 +86,9 @@ class EngineSpec:
     # the tokenizer's source when the checkpoint has none (a fine-tune saved without it): an embedded name, a
     # local directory or a hub id; None = the checkpoint's own (engines/tokenizer.py)
     tokenizer: str | None = None
+    # transformers: read a prompt prefix that several requests share once and continue each from its cache
+    # (engines/prefix.py); false reads every prompt whole - the same answers but for the last bits of a float
+    share_prefixes: bool = True
     # backend: http (an OpenAI-compatible server, engines/http.py)
     base_url: str = ""
     served_model: str = ""
@@ -207,6 +210,7 @@ def build_engine(spec: EngineSpec, streaming: bool = False) -> Engine:
             name=label,
             where=spec.where,
             tokenizer_path=tokenizer,
+            share_prefixes=spec.share_prefixes,
         )
     from contamray.engines.vllm import VLLMEngine
 

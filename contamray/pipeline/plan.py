@@ -558,6 +558,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
 
         spec["dtype"] = native_dtype(on_gpu=num_gpus > 0)
     _check_tokenizer(where, spec, inject)
+    _check_share_prefixes(where, spec)
     if spec["backend"] != "http":
         from contamray.engines.adapters import check_adapter
 
@@ -587,6 +588,20 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
         threads=_threads(f"{where}.threads", pool.get("threads")),
         files=checkpoint_digest(str(spec["source"])) if spec["backend"] != "http" else None,
     )
+
+
+def _check_share_prefixes(where: str, spec: dict[str, Any]) -> None:
+    """``<where>.share_prefixes``: true (the default) is dropped from the spec, so cell hashes and Serve application
+    names stay those of specs written before the key; false stays (answers may differ in the last bits, so cells
+    computed with sharing are not reused). It applies to the transformers engine; elsewhere it is said to do nothing."""
+    share = spec.get("share_prefixes", True)
+    if not isinstance(share, bool):
+        raise ConfigError(f"{where}.share_prefixes: expected true or false, got {share!r}")
+    if share:
+        spec.pop("share_prefixes", None)
+    elif spec.get("backend") != "hf":
+        log.warning("%s.share_prefixes: false applies to the transformers engine (backend: hf); backend %s reads "
+                    "prompts its own way, so the key changes nothing there", where, spec.get("backend"))  # fmt: skip
 
 
 def _check_tokenizer(where: str, spec: dict[str, Any], inject: Any) -> None:
