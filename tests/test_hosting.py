@@ -24,6 +24,9 @@ from ray import serve
 from ray.util.state import list_actors
 
 from contamray.run import run
+from contamray.serve.command import NoProxyError
+from contamray.serve.command import start as start_api
+from contamray.serve.config import load_settings
 from contamray.serve.hosting import HOSTS, running_apps
 from tests.test_config import composed
 
@@ -70,6 +73,13 @@ def test_two_targets_share_one_judge_and_one_reference_model_each_loaded_once(ro
     )  # fmt: skip
     cfg.run.output_dir = str(tmp_path / "zoo")
     run(cfg)
+    # the run reaches its deployments through handles: Serve started without an HTTP proxy (one would take port
+    # 8000, and on a busy machine could miss its readiness checks and fail the run)
+    actors = list_actors(address=STATE["address"], detail=False, limit=10_000, raise_on_missing_output=False)
+    assert not [a for a in actors if a.class_name == "ProxyActor"] and not serve.status().proxies
+    # so the on-demand API cannot open its port through this Serve instance: it says so instead of serving nowhere
+    with pytest.raises(NoProxyError, match="without an HTTP proxy .* Start the API before runs"):
+        start_api(load_settings(["insecure_local=true", "port=8123"]), app=None)
     # (the one embedded model plays all four parts, each its own spec: self_judge acknowledges that the
     # judge has the targets' weights)
     started = replica_starts() - before

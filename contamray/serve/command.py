@@ -50,8 +50,28 @@ def start(settings: Any, app: Any) -> str:
                 kwargs["dashboard_port"] = int(settings.ray["dashboard_port"])
             ray.init(**kwargs)
     serve.start(http_options={"host": settings.host, "port": settings.port})
+    check_proxy()
     serve.run(app, name=APP_NAME, route_prefix="/")
     return f"http://{settings.host}:{settings.port}"
+
+
+class NoProxyError(RuntimeError):
+    """The cluster's Serve runs without an HTTP proxy, so the API could not be reached."""
+
+
+def check_proxy() -> None:
+    """Refuse to serve the API through a Serve instance without an HTTP proxy. Serve keeps the options it was
+    first started with: on a cluster where a contamray run started it (runs reach their deployments through handles
+    and start none), the API's ``serve.start`` joins that instance and its port is never opened."""
+    from ray import serve
+
+    if not serve.status().proxies:
+        raise NoProxyError(
+            "Serve already runs on this Ray cluster without an HTTP proxy (a contamray run started it: runs need "
+            "none), and Serve keeps the options it was first started with, so the API could not be reached. Start "
+            "the API before runs on a shared cluster (runs then share its Serve instance and deployments), or, "
+            "with no run going, shut Serve down (`serve shutdown -y`) and start the API again"
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -74,7 +94,11 @@ def main(argv: list[str]) -> int:
         print(f"contamray serve: {err}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as Ctrl-C does: Serve shut down, Ray too
-    url = start(settings, app)
+    try:
+        url = start(settings, app)
+    except NoProxyError as err:
+        print(f"contamray serve: {err}", file=sys.stderr)
+        return 2
     print(f"contamray API at {url} (OpenAPI docs: {url}/docs); Ctrl-C stops it", flush=True)
     try:
         while True:

@@ -154,12 +154,12 @@ def running_apps() -> set[str]:
 
 
 def start_serve() -> None:
-    """Connect to the cluster's Serve instance, starting one (without HTTP proxies) if there is none."""
-    try:
-        serve.status()
-        return
-    except Exception:  # noqa: BLE001 - none running: start one below
-        pass
+    """Connect to the cluster's Serve instance, starting one without HTTP proxies if there is none.
+
+    A run talks to its deployments through handles; an HTTP proxy would take port 8000 and, on a busy machine, can
+    miss its readiness checks and fail the run's first deployment. ``serve.start`` connects to a running instance
+    (the on-demand API's, with its proxies) and starts one only when there is none. (``serve.status()`` is no test:
+    with no instance it answers an empty status, and the first ``serve.run`` then started Serve with a proxy.)"""
     serve.start(proxy_location="Disabled")
 
 
