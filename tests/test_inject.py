@@ -201,6 +201,7 @@ def test_stream_chat_format_writes_each_row_as_a_conversation_in_the_base_templa
         assert unit.text.count("<|im_start|>assistant\n") == 4
     assert stream.rows[records["sf"][0].id]["format"] == "chat"
     assert stream.partitions["sf"]["format"] == "chat"
+    assert stream.partitions["sf"]["kind"] == "verbatim/input_and_label/canonical/chat"
 
     questions = validate_inject_spec(spec(format="chat", content="input_only"), WHERE, {"sf"})
     only = build_stream(questions, records, [], 0, WHERE, chat_renderer("smollm2-135m", questions, WHERE))

@@ -71,8 +71,10 @@ class PartitionSpec:
 
     @property
     def kind(self) -> str:
-        """A short name of the contamination type, e.g. ``verbatim/input_and_label/canonical``."""
-        return f"{self.form}/{self.content}/{self.order}" + ("" if self.context == "none" else f"/{self.context}")
+        """A short name of the contamination type, e.g. ``verbatim/input_and_label/canonical`` (``.../chat``: rows
+        leaked as fine-tuning conversations; ``.../web_page``: under a page naming the dataset)."""
+        extra = [part for part in ("chat" if self.format == "chat" else "", self.context) if part not in ("", "none")]
+        return "/".join([self.form, self.content, self.order, *extra])
 
 
 @dataclass(frozen=True)
