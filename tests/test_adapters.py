@@ -195,3 +195,32 @@ def test_a_base_that_cannot_be_loaded_here_names_the_adapter_and_the_key(adapter
     assert "some-org/a-model-not-here" in message
     assert "base_model_name_or_path" in message
     assert not [p for p in (tmp_path / "cache" / "models" / "merged").iterdir() if p.is_dir()]  # nothing half-made
+
+
+def test_an_adapter_whose_trainer_added_tokens_scores_as_its_model(base_path: str, tmp_path: Path) -> None:
+    """A trainer that added a token resized the base's embeddings and saved them with the adapter (and its
+    tokenizer): the merge resizes the base first, and the new token scores as in the adapted model."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|leak|>"]})
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                             task_type="CAUSAL_LM"))  # fmt: skip
+    text = f"<|leak|> {PLANTED} <|leak|>"
+    batch = tokenizer([text], return_tensors="pt")
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-3)
+    for _ in range(3):
+        model(**batch, labels=batch["input_ids"]).loss.backward()
+        optimiser.step()
+        optimiser.zero_grad()
+    path = tmp_path / "added_tokens"
+    model.save_pretrained(str(path), save_embedding_layers=True)
+    tokenizer.save_pretrained(str(path))
+    engine = build_engine(EngineSpec(source=str(path), backend="hf", dtype="float32", name="added"))
+    assert engine.encode([text])[0][0] == tokenizer.convert_tokens_to_ids("<|leak|>") == len(tokenizer) - 1
+    (scored,) = engine.score([text])
+    assert scored.token_logprobs == pytest.approx(own_logprobs(model.eval(), tokenizer, text), abs=1e-4)

@@ -153,8 +153,8 @@ def _merge(adapter: Path, base_path: str, out: Path) -> None:
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
     own_tokenizer = any((adapter / name).is_file() for name in TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(str(adapter) if own_tokenizer else base_path)
-    if len(tokenizer) > base.get_input_embeddings().weight.shape[0]:  # tokens the trainer added
-        base.resize_token_embeddings(len(tokenizer))
+    if len(tokenizer) > base.get_input_embeddings().weight.shape[0]:  # tokens the trainer added: the adapter
+        base.resize_token_embeddings(len(tokenizer), mean_resizing=False)  # holds their trained rows
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     merged.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
