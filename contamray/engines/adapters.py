@@ -109,10 +109,13 @@ def _require_peft(where: str) -> None:
 
 def adapter_digest(path: Path, where: str = "model source") -> str:
     """A digest of the adapter's files and of its base (see the module docstring)."""
+    return _digest(path, adapter_base(path, where))
+
+
+def _digest(path: Path, base: str) -> str:
     from contamray.corpus.fingerprint import file_listing
     from contamray.engines.models import checkpoint_digest
 
-    base = adapter_base(path, where)
     parts = {"adapter": file_listing(str(path.resolve())), "base": base, "base_files": checkpoint_digest(base)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -125,7 +128,7 @@ def merged_checkpoint(path: Path, where: str) -> Path:
     _require_peft(where)
     base_path = resolve_model_path(base, where=f"{where} (the adapter's base, {ADAPTER_CONFIG}: "
                                                 "base_model_name_or_path)")  # fmt: skip
-    digest = adapter_digest(path, where)
+    digest = _digest(path, base)  # adapter_digest's, its config read once
     target = cache_root() / "merged" / f"{path.name}-{digest}"
     try:
         return build_cached(
