@@ -224,3 +224,37 @@ def test_an_adapter_whose_trainer_added_tokens_scores_as_its_model(base_path: st
     assert engine.encode([text])[0][0] == tokenizer.convert_tokens_to_ids("<|leak|>") == len(tokenizer) - 1
     (scored,) = engine.score([text])
     assert scored.token_logprobs == pytest.approx(own_logprobs(model.eval(), tokenizer, text), abs=1e-4)
+
+
+def test_one_classification_of_sources_and_an_adapter_base_is_any_source_the_engine_takes(tmp_path: Path) -> None:
+    """``models.source_kind`` is what ``resolve_model_path`` dispatches on and what the plan checks an adapter's base
+    with: a base given as a published URI or as another adapter is taken (the merge resolves both), a chain of
+    adapters that comes back to itself and a base that is no model source are refused, naming the file."""
+    from contamray.engines.adapters import check_adapter
+    from contamray.engines.models import source_kind
+
+    def adapter_named(name: str, base: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+        return path
+
+    checkpoint, plain = tmp_path / "ckpt", tmp_path / "plain"
+    checkpoint.mkdir()
+    plain.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    kinds = {"smollm2-135m": "embedded", "SmolLM2-135M": "embedded", "s3://bucket/run/ckpt": "uri",
+             str(checkpoint): "checkpoint", str(plain): "directory", "org/name": "hub", "./missing/x": "unknown",
+             "": "unknown", str(adapter_named("lora", str(checkpoint))): "adapter"}  # fmt: skip
+    assert {source: source_kind(source) for source in kinds} == kinds
+
+    for base in ("smollm2-135m", str(checkpoint), "s3://bucket/run/ckpt", "org/name", str(tmp_path / "lora")):
+        check_adapter(str(adapter_named(f"on_{len(list(tmp_path.iterdir()))}", base)), "models.m.source")
+    for base, words in ((str(plain), "neither an embedded model"), ("./missing/x", "neither an embedded model")):
+        with pytest.raises(ValueError, match=words) as err:
+            check_adapter(str(adapter_named(f"bad_{len(list(tmp_path.iterdir()))}", base)), "models.m.source")
+        assert "models.m.source" in str(err.value) and "base_model_name_or_path" in str(err.value)
+    first = adapter_named("first", str(tmp_path / "second"))
+    adapter_named("second", str(first))
+    with pytest.raises(ValueError, match="comes back to it"):
+        check_adapter(str(first), "models.m.source")

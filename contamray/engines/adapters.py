@@ -38,10 +38,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 def adapter_dir(source: str) -> Path | None:
     """``source`` as a local PEFT adapter directory (one holding ``adapter_config.json``), or None."""
-    if not isinstance(source, str) or not source.strip() or "://" in source:
-        return None
-    path = Path(source.strip()).expanduser()
-    return path if (path / ADAPTER_CONFIG).is_file() else None
+    from contamray.engines.models import source_kind
+
+    return Path(source.strip()).expanduser() if source_kind(source) == "adapter" else None
 
 
 def _own_weights(path: Path) -> list[str]:
@@ -80,22 +79,31 @@ def adapter_base(path: Path, where: str) -> str:
     return base
 
 
-def check_adapter(source: str, where: str) -> None:
+def check_adapter(source: str, where: str, _seen: frozenset[Path] = frozenset()) -> None:
     """What a plan checks of an adapter source before any work: peft is installed and the base is a model source
-    this machine can name (the merge itself happens where an engine is built)."""
+    ``models.resolve_model_path`` takes (``models.source_kind``: an embedded name, a local checkpoint, a published
+    URI, a hub id, or another adapter, checked the same way; a chain that comes back to itself is refused)."""
+    from contamray.engines.models import source_kind
+
     path = adapter_dir(source)
     if path is None:
         return
     base = adapter_base(path, where)
-    from contamray.engines.models import _HUB_ID, EMBEDDED_MODELS, local_checkpoint
-
-    if base.lower() not in EMBEDDED_MODELS and local_checkpoint(base) is None and not _HUB_ID.match(base):
+    kind = source_kind(base)
+    if kind in ("directory", "unknown"):
         raise ValueError(
             f"{where}: the PEFT adapter at {str(path)!r} was trained on {base!r} ({ADAPTER_CONFIG}: "
-            "base_model_name_or_path), which is neither an embedded model, a local checkpoint directory nor a hub "
-            "id; point base_model_name_or_path at a copy of that model, or merge the adapter "
+            "base_model_name_or_path), which is neither an embedded model, a local checkpoint directory, a published "
+            "URI nor a hub id; point base_model_name_or_path at a copy of that model, or merge the adapter "
             "(peft merge_and_unload) and give the merged checkpoint as the source"
         )
+    if kind == "adapter":
+        seen = _seen | {path.resolve()}
+        if Path(base).expanduser().resolve() in seen:
+            raise ValueError(f"{where}: the PEFT adapter at {str(path)!r} names as its base {base!r}, an adapter whose "
+                             "chain of bases comes back to it; set base_model_name_or_path to the model the adapter "
+                             "was trained on")  # fmt: skip
+        check_adapter(base, f"{where} (the base of {str(path)!r})", seen)
     _require_peft(where)
 
 

@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,34 @@ def source_choices() -> str:
     )
 
 
+SourceKind = Literal["uri", "embedded", "adapter", "checkpoint", "directory", "hub", "unknown"]
+
+
+def source_kind(source: str) -> SourceKind:
+    """What kind of model source ``source`` is, read from its spelling and the local file system only (no fetch,
+    no conversion, no hub): a published ``uri`` (``contamray.artifacts``), an ``embedded`` model name, a PEFT
+    ``adapter`` directory (``adapter_config.json``), a local ``checkpoint`` directory (``config.json``), a
+    ``directory`` that is neither, a ``hub`` id ``org/name``, or ``unknown``. The one place that tells sources
+    apart: ``resolve_model_path`` dispatches on it, the plan's checks and digests ask it."""
+    if not isinstance(source, str) or not source.strip():
+        return "unknown"
+    source = source.strip()
+    if "://" in source:
+        return "uri"
+    if source.lower() in EMBEDDED_MODELS:
+        return "embedded"
+    path = Path(source).expanduser()
+    if path.is_dir():
+        from contamray.engines.adapters import ADAPTER_CONFIG
+
+        if (path / ADAPTER_CONFIG).is_file():
+            return "adapter"
+        return "checkpoint" if (path / "config.json").is_file() else "directory"
+    if _HUB_ID.match(source):  # 'org/name'; a missing local path like './x' or '/x/y' never matches
+        return "hub"
+    return "unknown"
+
+
 def resolve_model_path(source: str, where: str = "model source") -> str:
     """The path (or hub id) that ``from_pretrained`` / ``vllm.LLM`` should load for ``source``.
 
@@ -89,38 +118,35 @@ def resolve_model_path(source: str, where: str = "model source") -> str:
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"{where}: empty model source; expected {source_choices()}")
     source = source.strip()
-    if "://" in source:  # a checkpoint published for every node (contamray.artifacts): fetched once per machine
+    kind = source_kind(source)
+    if kind == "uri":  # a checkpoint published for every node (contamray.artifacts): fetched once per machine
         from contamray.artifacts import fetch_dir
 
         source = str(fetch_dir(source, where=where))
-    if source.lower() in EMBEDDED_MODELS:
-        return str(ensure_converted(EMBEDDED_MODELS[source.lower()], where=where))
+        kind = source_kind(source)
     path = Path(source).expanduser()
-    if path.is_dir():
-        from contamray.engines.adapters import adapter_dir, merged_checkpoint
+    if kind == "embedded":
+        return str(ensure_converted(EMBEDDED_MODELS[source.lower()], where=where))
+    if kind == "adapter":  # a PEFT (LoRA) adapter: merged into its base once, cached
+        from contamray.engines.adapters import merged_checkpoint
 
-        if adapter_dir(source) is not None:  # a PEFT (LoRA) adapter: merged into its base once, cached
-            return str(merged_checkpoint(path, where))
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"{where}: directory {str(path)!r} has no config.json (nor adapter_config.json), so it is not a model "
-                "checkpoint; point it at a directory written by save_pretrained (a model's, or a PEFT adapter's)"
-            )
+        return str(merged_checkpoint(path, where))
+    if kind == "checkpoint":
         return str(path.resolve())
-    if _HUB_ID.match(source):  # 'org/name'; a missing local path like './x' or '/x/y' never matches
+    if kind == "directory":
+        raise ValueError(
+            f"{where}: directory {str(path)!r} has no config.json (nor adapter_config.json), so it is not a model "
+            "checkpoint; point it at a directory written by save_pretrained (a model's, or a PEFT adapter's)"
+        )
+    if kind == "hub":
         return source
     raise ValueError(f"{where}: unknown model source {source!r}; expected {source_choices()}")
 
 
 def local_checkpoint(source: str) -> Path | None:
     """``source`` as a local checkpoint directory (one holding ``config.json``), or None for any other source (an
-    embedded model, a hub id, a URI, a path that is not a checkpoint)."""
-    if not isinstance(source, str) or not source.strip() or "://" in source:
-        return None
-    if source.strip().lower() in EMBEDDED_MODELS:
-        return None
-    path = Path(source.strip()).expanduser()
-    return path if (path / "config.json").is_file() else None
+    embedded model, a hub id, a URI, an adapter or a directory that is not a checkpoint)."""
+    return Path(source.strip()).expanduser() if source_kind(source) == "checkpoint" else None
 
 
 def checkpoint_digest(source: str) -> str | None:
@@ -132,10 +158,10 @@ def checkpoint_digest(source: str) -> str | None:
     Part of a cell's hash and of its Serve application's name: a model trained again into the same directory is
     another model, so its stored cells are not reused and a kept deployment of the old weights is not either.
     Sizes and times, as for corpus files, not the bytes: a plan does not read a 14 GB checkpoint."""
-    from contamray.engines.adapters import adapter_digest, adapter_dir
+    if source_kind(source) == "adapter":
+        from contamray.engines.adapters import adapter_digest
 
-    if (adapter := adapter_dir(source)) is not None:
-        return adapter_digest(adapter)
+        return adapter_digest(Path(source.strip()).expanduser())
     path = local_checkpoint(source)
     if path is None:
         return None
@@ -152,22 +178,22 @@ def declared_context(source: str) -> int | None:
     """The context (tokens) ``source``'s ``config.json`` declares, read without loading the model; None when it
     cannot be known here without work (a hub id, a published URI, an embedded model not yet converted) or the
     config states none of ``_CONTEXT_KEYS``. What a plan checks a method's windows against."""
-    if not isinstance(source, str) or not source.strip() or "://" in source:
-        return None
-    source = source.strip()
-    if source.lower() in EMBEDDED_MODELS:
-        path = converted_dir(EMBEDDED_MODELS[source.lower()])
+    kind = source_kind(source)
+    if kind == "embedded":
+        path = converted_dir(EMBEDDED_MODELS[source.strip().lower()])
         if not _is_complete(path):
             return None
-    else:
-        from contamray.engines.adapters import adapter_base, adapter_dir
+    elif kind == "adapter":  # an adapter keeps its base's context
+        from contamray.engines.adapters import adapter_base
 
-        if (adapter := adapter_dir(source)) is not None:  # an adapter keeps its base's context
-            try:
-                return declared_context(adapter_base(adapter, "model source"))
-            except ValueError:
-                return None
-        path = Path(source).expanduser()
+        try:
+            return declared_context(adapter_base(Path(source.strip()).expanduser(), "model source"))
+        except ValueError:
+            return None
+    elif kind == "checkpoint":
+        path = Path(source.strip()).expanduser()
+    else:
+        return None
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
