@@ -33,6 +33,10 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass(frozen=True)
 class RayHead:
     gcs: str  # "127.0.0.1:<port>", for ray.init(address=...)
@@ -57,7 +61,10 @@ def ray_head(num_cpus: int, *extra: str, prefix: str = "crray") -> Iterator[RayH
         "--disable-usage-stats",
     ]  # fmt: skip
     log = open(temp / "start.log", "w")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # SIGINT stops it at teardown; a pytest-xdist worker ignores SIGINT and a child inherits that (Python then
+    # installs no KeyboardInterrupt handler), which left every teardown waiting out the 60 s below: restored here
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_default_sigint)  # fmt: skip
     dashboard = f"http://127.0.0.1:{dash}"
     deadline = time.time() + 180
     while True:
