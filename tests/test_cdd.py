@@ -161,11 +161,84 @@ def test_leaked_share_ignores_failed_rows() -> None:
     assert leaked_share(rows) == pytest.approx(0.5) and leaked_share(rows[2:]) is None
 
 
+# ----------------------------------------------------------------------------- chat: both
+
+
+def _both_rows(raw: list[float], chat: list[float], partition: str) -> list[dict]:
+    rows = _rows(len(raw), 0.0, partition)
+    for r, a, b in zip(rows, raw, chat, strict=True):
+        r.update(peakedness=a, leaked=a > 0.01, peakedness_chat=b, leaked_chat=b > 0.01)
+    return rows
+
+
+def test_both_forms_are_asked_and_scored_with_the_raw_forms_keys_unchanged() -> None:
+    method = get_method("cdd")
+    cfg = method.make_config({"chat": "both", "n_samples": 4})
+    reqs = method.requests([rec(0)], cfg, 0, {})
+    assert [(r.key, r.chat) for r in reqs] == [("r0|samples", False), ("r0|greedy", False),
+                                               ("r0|chat/samples", True), ("r0|chat/greedy", True)]  # fmt: skip
+    outs = _outputs("r0", [1, 2, 3], [[1, 2, 3]] * 3 + [[9, 9, 9]])
+    outs += [Output(key="r0|chat/greedy", text="c", texts=["c"], token_ids=[[5, 6]]),
+             Output(key="r0|chat/samples", text="s", texts=["s"] * 4, token_ids=[[5, 6]] + [[7, 7]] * 3)]  # fmt: skip
+    (row,) = method.score([rec(0)], outs, cfg)
+    assert row["peakedness"] == pytest.approx(0.75) and row["peakedness_chat"] == pytest.approx(0.25)
+    assert row["greedy_chat"] == "c" and row["leaked_chat"] and row["error"] == ""
+    (missing,) = method.score([rec(0)], outs[:2], cfg)  # the chat form unanswered: the row says so
+    assert "no engine answer for 'r0|chat/greedy'" in missing["error"]
+
+
+def test_both_forms_are_decided_by_their_bonferroni_combination() -> None:
+    method = get_method("cdd")
+    both, raw_only = method.make_config({"reference": "x", "chat": "both"}), method.make_config({"reference": "x"})
+    rising = [0.6 + 0.001 * i for i in range(12)]
+    # trained on conversations: peaked on both sides in the raw form (ties), on the seen rows only in the chat form
+    seen, unseen = _both_rows([1.0] * 12, rising, PARTITION), _both_rows([1.0] * 12, [0.0] * 12, REFERENCE)
+    verdict = decide(method, both, seen, unseen)
+    chat_alone = decide(method, method.make_config({"reference": "x", "chat": True}),
+                        [{**r, "peakedness": r["peakedness_chat"]} for r in seen],
+                        [{**r, "peakedness": r["peakedness_chat"]} for r in unseen])  # fmt: skip
+    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(2 * chat_alone.p_value)
+    assert "Bonferroni" in verdict.details["summary"] and verdict.details["leaked_share_chat"] == 1.0
+    assert decide(method, raw_only, seen, unseen).decision == "inconclusive"  # the raw form alone cannot tell
+    # neither form can tell: inconclusive, with each form's reason
+    flat = decide(method, both, _both_rows([1.0] * 12, [0.0] * 12, PARTITION), unseen)
+    assert flat.decision == "inconclusive" and flat.reason.startswith("both prompt forms: ") and "0.025" in flat.reason
+    few = decide(method, both, _both_rows([1.0] * 3 + [0.5] * 9, rising, PARTITION),
+                 _both_rows([1.0] * 12, [0.0] * 12, REFERENCE)[:9])  # fmt: skip
+    assert few.decision == "inconclusive" and ">= 10 a side" in few.reason
+    alone_side = decide(method, both, seen)  # no reference rows: said once, no p-value
+    assert alone_side.decision == "inconclusive" and alone_side.p_value is None
+    assert alone_side.reason.startswith("both prompt forms: no reference rows")
+    alone_side = decide(method, both, seen)  # no reference rows: said once, no p-value
+    assert alone_side.decision == "inconclusive" and alone_side.p_value is None
+    assert alone_side.reason.startswith("both prompt forms: no reference rows")
+    # a model without a chat template scores both forms alike: one test, no factor 2
+    alike = _both_rows(rising, rising, PARTITION), _both_rows([0.0] * 12, [0.0] * 12, REFERENCE)
+    same, alone = decide(method, both, *alike), decide(method, raw_only, *alike)
+    assert same.decision == "contaminated" and same.p_value == pytest.approx(alone.p_value)
+    assert "one test" in same.details["summary"]
+
+
+def test_both_forms_hold_the_null_on_exchangeable_rows() -> None:
+    """Partition and reference drawn alike (correlated forms, ties at 0 as CDD's scores have): the combined test
+    flags at most alpha of the tables (Monte Carlo, 2,000 tables: <= 0.05 + 3 standard errors)."""
+    method = get_method("cdd")
+    cfg = method.make_config({"reference": "x", "chat": "both"})
+    rng = random.Random(7)
+
+    def draw(partition: str) -> list[dict]:
+        raw = [max(0.0, rng.gauss(0.1, 0.3)) for _ in range(12)]
+        return _both_rows(raw, [max(0.0, a + rng.gauss(0, 0.2)) for a in raw], partition)
+
+    flags = sum(decide(method, cfg, draw(PARTITION), draw(REFERENCE)).decision == "contaminated" for _ in range(2000))
+    assert flags / 2000 <= 0.05 + 3 * (0.05 * 0.95 / 2000) ** 0.5, flags
+
+
 @pytest.mark.parametrize(
     ("params", "key"),
     [({"n_samples": 0}, "n_samples"), ({"temperature": 0.0}, "temperature"), ({"peak_alpha": 2.0}, "peak_alpha"),
      ({"xi": 1.0}, "xi"), ({"max_tokens": 0}, "max_tokens"), ({"mode": "x"}, "mode"), ({"fields": ["x"]}, "fields"),
-     ({"nope": 1}, "nope")],
+     ({"nope": 1}, "nope"), ({"chat": "sometimes"}, "chat")],
 )  # fmt: skip
 def test_bad_parameters_name_their_key(params: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):

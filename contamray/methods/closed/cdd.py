@@ -13,7 +13,8 @@ The paper's parameters are the defaults: ``n_samples`` = 50 samples at ``tempera
 no top-k), greedy decoding for ``s_0``, the first ``max_tokens`` = 100 tokens, ``peak_alpha`` = 0.05 (the
 paper's alpha) and ``xi`` = 0.01 (with 50 samples: leaked as soon as one sample is within the threshold). The
 prompt is the example's question or input alone (``fields``: ``input``; ``chat: false`` sends it as raw text,
-as to the base models the paper fine-tuned; ``chat: true`` wraps it in the model's chat template).
+as to the base models the paper fine-tuned; ``chat: true`` wraps it in the model's chat template; ``chat: both``
+asks in both forms and tests both, see ``reduce``).
 
 Requests: two ``generate`` requests per example on the target engine, key ``"<record id>|samples"`` with
 ``Sampling(n=n_samples, temperature, seed)`` - one request, so an engine that shares a prompt between samples
@@ -36,6 +37,16 @@ units, plan checks and instance AUC ``auc_member`` when membership labels exist)
 reference, with fewer than 10 scored rows a side, or when no ranking of the units could reach ``alpha``.
 ``statistic`` is the AUC of partition vs reference; ``details`` has the leaked share of both sides.
 
+Both prompt forms (``chat: both``, not in the paper): a model is peaked on the prompts in the form it was trained
+on - measured on the embedded model, rows leaked as conversations were found with the chat form only (the raw
+form peaked on both sides), and the tool cannot know how a model was contaminated. Each example is asked in both
+forms (the raw form's requests and columns are those of ``chat: false``; the chat form's keys ``<id>|chat/...``
+and columns ``peakedness_chat``, ``leaked_chat``, ...), each form's held-out test is made, and the partition is
+decided by their Bonferroni combination, ``p = min(1, 2 min(p_raw, p_chat))``: valid under the null whatever the
+dependence between the two tests (each is valid; P(min p <= alpha / 2) <= alpha). Inconclusive when neither form
+could reach ``alpha / 2``. A model without a chat template gets the raw text in both forms (the engines warn):
+when both forms' scores are equal on every row the two tests are one test, decided without the factor 2.
+
 Where this departs from the paper or well-known implementations, and why:
 
 - the distances are over the token ids the model generated; the authors' code (``CDD.py``) decodes the
@@ -57,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -70,6 +81,8 @@ from contamray.records import Record
 
 NAME = "cdd"
 WHERE = f"methods.{NAME}"
+BOTH = "both"  # chat: both prompt forms, tested together (see the module docstring)
+CHAT_COLUMN = "peakedness_chat"  # the chat form's score under chat: both
 
 
 @dataclass
@@ -79,7 +92,7 @@ class Config(HeldoutConfig):
 
     fields: tuple[str, ...] = ("input",)  # the prompt: the example's question / input
     format: str = "text"
-    chat: bool = False  # true: the prompt as a user turn of the model's chat template (when it has one)
+    chat: bool | str = False  # true: the prompt as a user turn of the chat template (when it has one); "both"
     n_samples: int = 50  # the paper's 50 samples ...
     temperature: float = 0.8  # ... at temperature 0.8
     top_p: float = 1.0
@@ -92,6 +105,11 @@ class Config(HeldoutConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.fields = check_fields(self.fields, self.format, WHERE)
+        if isinstance(self.chat, str) and self.chat.strip().lower() == BOTH:
+            self.chat = BOTH
+        elif not isinstance(self.chat, bool):
+            raise ValueError(f"{WHERE}.chat must be false (raw prompt), true (the model's chat template) or both "
+                             f"(both forms, tested together), got {self.chat!r}")  # fmt: skip
         if self.n_samples < 1:
             raise ValueError(f"{WHERE}.n_samples must be >= 1 (the paper: 50), got {self.n_samples}")
         if not self.temperature > 0:
@@ -175,6 +193,13 @@ def _key(record_id: str, kind: str) -> str:
     return f"{record_id}|{kind}"
 
 
+def prompt_forms(cfg: Config) -> tuple[tuple[str, bool], ...]:
+    """(request-key and column tag, chat) of each prompt form asked: the raw form keeps ``chat: false``'s keys."""
+    if cfg.chat == BOTH:
+        return (("", False), ("chat", True))
+    return (("", bool(cfg.chat)),)
+
+
 def _token_ids(got: Mapping[str, Output], key: str, expected: int) -> list[list[int]]:
     """The generated ids of ``key``'s ``expected`` samples; ValueError saying what the engine returned."""
     out = got.get(key)
@@ -218,9 +243,10 @@ class CDD(HeldoutTest):
             if is_empty(record, cfg.fields):
                 continue  # score() reports it
             prompt = serialise(record, cfg.fields, cfg.format)
-            for kind, sampling in (("samples", sampled), ("greedy", greedy)):
-                out.append(Request(key=_key(record.id, kind), record_ids=(record.id,), kind="generate", text=prompt,
-                                   sampling=sampling, chat=cfg.chat))  # fmt: skip
+            for tag, chat in prompt_forms(cfg):
+                for kind, sampling in (("samples", sampled), ("greedy", greedy)):
+                    out.append(Request(key=_key(record.id, f"{tag}/{kind}" if tag else kind), record_ids=(record.id,),
+                                       kind="generate", text=prompt, sampling=sampling, chat=chat))  # fmt: skip
         return out
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: Config) -> dict[str, Any]:
@@ -236,15 +262,59 @@ class CDD(HeldoutTest):
         if is_empty(record, cfg.fields):
             row["error"] = empty_message(record, cfg.fields)
             return row
-        try:
-            greedy = _token_ids(got, _key(record.id, "greedy"), 1)[0]
-            samples = _token_ids(got, _key(record.id, "samples"), cfg.n_samples)
-        except ValueError as err:
-            row["error"] = f"record {record.id!r}: {err}"
-            return row
-        row.update(measure(greedy, samples, cfg))
-        row["greedy"] = got[_key(record.id, "greedy")].text
+        for tag, _ in prompt_forms(cfg):
+            kind = f"{tag}/" if tag else ""
+            try:
+                greedy = _token_ids(got, _key(record.id, f"{kind}greedy"), 1)[0]
+                samples = _token_ids(got, _key(record.id, f"{kind}samples"), cfg.n_samples)
+            except ValueError as err:
+                row["error"] = f"record {record.id!r}: {err}"
+                return row
+            suffix = f"_{tag}" if tag else ""
+            row.update({f"{name}{suffix}": value for name, value in measure(greedy, samples, cfg).items()})
+            row[f"greedy{suffix}"] = got[_key(record.id, f"{kind}greedy")].text
         return row
+
+    def score_columns(self, cfg: Config) -> list[str]:
+        """The chat form's peakedness is tested beside the raw form's under ``chat: both``."""
+        return [CHAT_COLUMN] if cfg.chat == BOTH else []
+
+    def combine(self, cfg: Config, rows: list[dict], results: dict[str, dict[str, Any]],
+                reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (see the module docstring)."""
+        if cfg.chat != BOTH:
+            return None
+        forms = {"peakedness": "raw prompt", CHAT_COLUMN: "chat template"}
+        scored = [r for r in rows if not str(r.get("error") or "").strip()]
+        one_test = all(finite(r.get("peakedness")) == finite(r.get(CHAT_COLUMN)) for r in scored)
+        at = cfg if one_test else replace(cfg, alpha=cfg.alpha / len(forms))
+        tested = ["peakedness"] if one_test else list(forms)
+        reasons = {c: reason_of(c, at) for c in tested}
+        p_values = {c: results[c]["p_value"] for c in tested if results[c].get("p_value") is not None}
+        shared = len({reasons[c] for c in tested}) == 1  # the same reason for every form: said once, as the reason
+        parts = []
+        for column in tested:
+            test = results[column]
+            part = f"{forms[column]}: " + (
+                f"AUC {test['auc_vs_reference']:.3f}, p = {test['p_value']:.3g}"
+                if test.get("p_value") is not None else "not tested"
+            )
+            parts.append(part + (f" ({reasons[column]})" if reasons[column] and not shared else ""))
+        best = min(p_values, key=p_values.__getitem__) if p_values else "peakedness"
+        p_value = min(1.0, len(tested) * p_values[best]) if p_values else None
+        if one_test:
+            how = "both forms scored alike on every row (the model has no chat template): one test"
+        else:
+            how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
+                   if p_value is not None else "neither prompt form tested")  # fmt: skip
+        reason = ""
+        if all(reasons[c] for c in tested):
+            distinct = list(dict.fromkeys(reasons[c] for c in tested))
+            reason = (f"{'both prompt forms' if len(tested) > 1 else forms[tested[0]]}: {distinct[0]}"
+                      if len(distinct) == 1 else "; ".join(f"{forms[c]}: {reasons[c]}" for c in tested))  # fmt: skip
+        n1 = results["peakedness"]["partition"]["n"]
+        summary = f"{self.name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
+        return p_value, results[best].get("auc_vs_reference"), reason, summary
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
         """The held-out test on ``peakedness`` (``HeldoutTest.reduce``); ``rate`` is the paper's leaked share."""
@@ -258,18 +328,25 @@ class CDD(HeldoutTest):
         shares = f"{_percent(own)} of the partition"
         if ref is not None:
             shares += f", {_percent(ref)} of the reference"
+        if cfg.chat == BOTH:
+            own_chat = leaked_share([r for r in rows if not truthy(r.get("is_reference"))], "_chat")
+            ref_chat = leaked_share([r for r in rows if truthy(r.get("is_reference"))], "_chat")
+            verdict.details.update(leaked_share_chat=own_chat, leaked_share_reference_chat=ref_chat)
+            shares += f" (chat form: {_percent(own_chat)}" + (f", {_percent(ref_chat)})" if ref is not None else ")")
         verdict.details["summary"] = (
             f"{verdict.details.get('summary', '')}; the paper's leaked share (peakedness > xi {cfg.xi}): {shares}"
         )
         return verdict
 
 
-def leaked_share(rows: list[dict[str, Any]]) -> float | None:
-    """Share of scored rows (no error, a peakedness) flagged leaked; None when no row was scored."""
-    scored = [r for r in rows if not str(r.get("error") or "").strip() and finite(r.get("peakedness")) is not None]
+def leaked_share(rows: list[dict[str, Any]], suffix: str = "") -> float | None:
+    """Share of scored rows (no error, a peakedness) flagged leaked; None when no row was scored. ``suffix``:
+    ``"_chat"`` for the chat form's columns under ``chat: both``."""
+    column = f"peakedness{suffix}"
+    scored = [r for r in rows if not str(r.get("error") or "").strip() and finite(r.get(column)) is not None]
     if not scored:
         return None
-    return sum(truthy(r.get("leaked")) for r in scored) / len(scored)
+    return sum(truthy(r.get(f"leaked{suffix}")) for r in scored) / len(scored)
 
 
 def _percent(value: float | None) -> str:

@@ -81,7 +81,7 @@ counted (that AUC would measure benchmark shift again).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -277,12 +277,22 @@ class HeldoutTest(Method):
             details["by_column"] = {c: results[c] for c in columns[1:]}
         reason = self._inconclusive_reason(cfg, partition, ref, foreign, main)
         p_value = main.get("p_value")
+        statistic = main.get("auc_vs_reference")
         if reason:
             decision = "inconclusive"
         else:
             decision = "contaminated" if p_value is not None and p_value <= cfg.alpha else "clean"
         details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
-        statistic = main.get("auc_vs_reference")
+
+        def reason_of(column: str, at: Any) -> str:
+            return self._inconclusive_reason(at, partition, ref, foreign, results[column])
+
+        combined = self.combine(cfg, own + ref, results, reason_of)
+        if combined is not None:  # the method tests several columns at once (e.g. CDD's two prompt forms)
+            p_value, statistic, reason, summary = combined
+            decision = ("inconclusive" if reason or p_value is None
+                        else "contaminated" if p_value <= cfg.alpha else "clean")  # fmt: skip
+            details.update(p_value=p_value, summary=f"{summary} -> {decision}" + (" (see reason)" if reason else ""))
         return Verdict(
             method=self.name,
             partition=partition,
@@ -295,6 +305,15 @@ class HeldoutTest(Method):
             decision=decision,
             reason=reason,
         )
+
+    def combine(
+        self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Callable[[str, Any], str]
+    ) -> tuple[float | None, float | None, str, str] | None:
+        """A decision over several tested columns at once: (p-value, statistic, inconclusive reason, summary), or
+        None to decide by the declared score column alone (the default). ``rows``: the partition's and the
+        reference's; ``results``: each tested column's test; ``reason_of(column, cfg)``: why that column's test
+        cannot decide under ``cfg`` ("" when it can)."""
+        return None
 
     def _inconclusive_reason(
         self, cfg: HeldoutConfig, partition: str, ref: list[dict], foreign: list[str], main: dict[str, Any]
