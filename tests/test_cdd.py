@@ -212,11 +212,13 @@ def test_both_forms_are_decided_by_their_bonferroni_combination() -> None:
     alone_side = decide(method, both, seen)  # no reference rows: said once, no p-value
     assert alone_side.decision == "inconclusive" and alone_side.p_value is None
     assert alone_side.reason.startswith("both prompt forms: no reference rows")
-    # a model without a chat template scores both forms alike: one test, no factor 2
+    # a model without a chat template scores both forms alike: still the factor 2 (the level never rests on what
+    # the outputs look like), and the summary says chat: false would make the same test
     alike = _both_rows(rising, rising, PARTITION), _both_rows([0.0] * 12, [0.0] * 12, REFERENCE)
     same, alone = decide(method, both, *alike), decide(method, raw_only, *alike)
-    assert same.decision == "contaminated" and same.p_value == pytest.approx(alone.p_value)
-    assert "one test" in same.details["summary"]
+    assert same.decision == "contaminated" and same.p_value == pytest.approx(2 * alone.p_value)
+    assert "chat: false makes the same test" in same.details["summary"]
+    assert "scored alike" not in verdict.details["summary"]
 
 
 def test_both_forms_hold_the_null_on_exchangeable_rows() -> None:

@@ -19,8 +19,9 @@ asks in both forms and tests both, see ``reduce``).
 Requests: two ``generate`` requests per example on the target engine, key ``"<record id>|samples"`` with
 ``Sampling(n=n_samples, temperature, seed)`` - one request, so an engine that shares a prompt between samples
 reads it once (vLLM) and the samples are fixed by ``seed`` whatever batch they land in - and
-``"<record id>|greedy"`` at temperature 0. Both use the generated token ids (``Output.token_ids``), so the
-distance is counted in the model's own tokens.
+``"<record id>|greedy"`` at temperature 0 (under ``chat: both`` the same two again in the chat form, keys
+``"<record id>|chat/samples"`` and ``"<record id>|chat/greedy"``). All use the generated token ids
+(``Output.token_ids``), so the distance is counted in the model's own tokens.
 
 Per example (``score``): ``peakedness`` (the score the report plots and the membership score of
 instance-level ROC AUC; higher = more likely seen), ``leaked`` (``peakedness > xi``), ``mean_edit_distance``,
@@ -44,8 +45,10 @@ forms (the raw form's requests and columns are those of ``chat: false``; the cha
 and columns ``peakedness_chat``, ``leaked_chat``, ...), each form's held-out test is made, and the partition is
 decided by their Bonferroni combination, ``p = min(1, 2 min(p_raw, p_chat))``: valid under the null whatever the
 dependence between the two tests (each is valid; P(min p <= alpha / 2) <= alpha). Inconclusive when neither form
-could reach ``alpha / 2``. A model without a chat template gets the raw text in both forms (the engines warn):
-when both forms' scores are equal on every row the two tests are one test, decided without the factor 2.
+could reach ``alpha / 2``. A model without a chat template gets the raw text in both forms (the engines warn),
+so both forms repeat one test and the factor 2 is paid for nothing: the summary says so when the two forms
+scored alike on every row (``chat: false`` is then the same test). The factor is kept even then - whether the
+forms agree is itself read from the outputs, and deciding by it would make the level depend on the data.
 
 Where this departs from the paper or well-known implementations, and why:
 
@@ -286,9 +289,9 @@ class CDD(HeldoutTest):
             return None
         forms = {"peakedness": "raw prompt", CHAT_COLUMN: "chat template"}
         scored = [r for r in rows if not str(r.get("error") or "").strip()]
-        one_test = all(finite(r.get("peakedness")) == finite(r.get(CHAT_COLUMN)) for r in scored)
-        at = cfg if one_test else replace(cfg, alpha=cfg.alpha / len(forms))
-        tested = ["peakedness"] if one_test else list(forms)
+        alike = bool(scored) and all(finite(r.get("peakedness")) == finite(r.get(CHAT_COLUMN)) for r in scored)
+        at = replace(cfg, alpha=cfg.alpha / len(forms))
+        tested = list(forms)
         reasons = {c: reason_of(c, at) for c in tested}
         p_values = {c: results[c]["p_value"] for c in tested if results[c].get("p_value") is not None}
         shared = len({reasons[c] for c in tested}) == 1  # the same reason for every form: said once, as the reason
@@ -302,11 +305,11 @@ class CDD(HeldoutTest):
             parts.append(part + (f" ({reasons[column]})" if reasons[column] and not shared else ""))
         best = min(p_values, key=p_values.__getitem__) if p_values else "peakedness"
         p_value = min(1.0, len(tested) * p_values[best]) if p_values else None
-        if one_test:
-            how = "both forms scored alike on every row (the model has no chat template): one test"
-        else:
-            how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
-                   if p_value is not None else "neither prompt form tested")  # fmt: skip
+        how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
+               if p_value is not None else "neither prompt form tested")  # fmt: skip
+        if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
+            how += ("; both forms scored alike on every row - if the model has no chat template, chat: false makes "
+                    "the same test with half the generation and without the factor 2")  # fmt: skip
         reason = ""
         if all(reasons[c] for c in tested):
             distinct = list(dict.fromkeys(reasons[c] for c in tested))
