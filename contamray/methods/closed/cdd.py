@@ -290,13 +290,11 @@ class CDD(HeldoutTest):
         forms = {"peakedness": "raw prompt", CHAT_COLUMN: "chat template"}
         scored = [r for r in rows if not str(r.get("error") or "").strip()]
         alike = bool(scored) and all(finite(r.get("peakedness")) == finite(r.get(CHAT_COLUMN)) for r in scored)
-        at = replace(cfg, alpha=cfg.alpha / len(forms))
-        tested = list(forms)
-        reasons = {c: reason_of(c, at) for c in tested}
-        p_values = {c: results[c]["p_value"] for c in tested if results[c].get("p_value") is not None}
-        shared = len({reasons[c] for c in tested}) == 1  # the same reason for every form: said once, as the reason
+        reasons = {c: reason_of(c, replace(cfg, alpha=cfg.alpha / len(forms))) for c in forms}
+        p_values = {c: results[c]["p_value"] for c in forms if results[c].get("p_value") is not None}
+        shared = len(set(reasons.values())) == 1  # the same reason for every form: said once, as the reason
         parts = []
-        for column in tested:
+        for column in forms:
             test = results[column]
             part = f"{forms[column]}: " + (
                 f"AUC {test['auc_vs_reference']:.3f}, p = {test['p_value']:.3g}"
@@ -304,17 +302,16 @@ class CDD(HeldoutTest):
             )
             parts.append(part + (f" ({reasons[column]})" if reasons[column] and not shared else ""))
         best = min(p_values, key=p_values.__getitem__) if p_values else "peakedness"
-        p_value = min(1.0, len(tested) * p_values[best]) if p_values else None
+        p_value = min(1.0, len(forms) * p_values[best]) if p_values else None
         how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
                if p_value is not None else "neither prompt form tested")  # fmt: skip
         if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
             how += ("; both forms scored alike on every row - if the model has no chat template, chat: false makes "
                     "the same test with half the generation and without the factor 2")  # fmt: skip
         reason = ""
-        if all(reasons[c] for c in tested):
-            distinct = list(dict.fromkeys(reasons[c] for c in tested))
-            reason = (f"{'both prompt forms' if len(tested) > 1 else forms[tested[0]]}: {distinct[0]}"
-                      if len(distinct) == 1 else "; ".join(f"{forms[c]}: {reasons[c]}" for c in tested))  # fmt: skip
+        if all(reasons.values()):
+            reason = (f"both prompt forms: {reasons['peakedness']}" if shared
+                      else "; ".join(f"{forms[c]}: {reasons[c]}" for c in forms))  # fmt: skip
         n1 = results["peakedness"]["partition"]["n"]
         summary = f"{self.name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
         return p_value, results[best].get("auc_vs_reference"), reason, summary
