@@ -77,7 +77,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
-from contamray.methods.closed.cell_rows import finite, rows_of, truthy
+from contamray.methods.closed.cell_rows import finite, row_failed, rows_of, truthy
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
 from contamray.records import Record
@@ -288,7 +288,7 @@ class CDD(HeldoutTest):
         if cfg.chat != BOTH:
             return None
         forms = {"peakedness": "raw prompt", CHAT_COLUMN: "chat template"}
-        scored = [r for r in rows if not str(r.get("error") or "").strip()]
+        scored = [r for r in rows if not row_failed(r)]
         alike = bool(scored) and all(finite(r.get("peakedness")) == finite(r.get(CHAT_COLUMN)) for r in scored)
         reasons = {c: reason_of(c, replace(cfg, alpha=cfg.alpha / len(forms))) for c in forms}
         p_values = {c: results[c]["p_value"] for c in forms if results[c].get("p_value") is not None}
@@ -343,7 +343,7 @@ def leaked_share(rows: list[dict[str, Any]], suffix: str = "") -> float | None:
     """Share of scored rows (no error, a peakedness) flagged leaked; None when no row was scored. ``suffix``:
     ``"_chat"`` for the chat form's columns under ``chat: both``."""
     column = f"peakedness{suffix}"
-    scored = [r for r in rows if not str(r.get("error") or "").strip() and finite(r.get(column)) is not None]
+    scored = [r for r in rows if not row_failed(r) and finite(r.get(column)) is not None]
     if not scored:
         return None
     return sum(truthy(r.get(f"leaked{suffix}")) for r in scored) / len(scored)

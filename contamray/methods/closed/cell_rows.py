@@ -62,6 +62,13 @@ def truthy(value: Any) -> bool:
     return bool(value)
 
 
+def row_failed(row: Mapping[str, Any], column: str = "error") -> bool:
+    """The row carries a failure message in ``column`` (``error``; ``judge_error`` for a judge's): a non-blank
+    string. A failed row is counted (``n_failed``) and never scored."""
+    error = row.get(column)
+    return isinstance(error, str) and bool(error.strip())
+
+
 def column_mean(rows: list[dict[str, Any]], column: str) -> tuple[float | None, int]:
     """Mean of ``column`` over the rows that have a finite value (None when none), and their number."""
     values = [v for v in (finite(r.get(column)) for r in rows) if v is not None]

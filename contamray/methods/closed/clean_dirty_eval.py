@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contamray.methods.base import Applies, Method, Output, Outputs, Request, Verdict, register
+from contamray.methods.closed.cell_rows import row_failed
 from contamray.records import Record
 
 NAME = "clean_dirty_eval"
@@ -222,7 +223,7 @@ class CleanDirtyEval(Method):
             )
         own = [r for r in rows if not _known(r.get("is_reference")) or not bool(r.get("is_reference"))]
         partitions = sorted({str(r.get("partition")) for r in own})
-        ok = [r for r in own if not r.get("error") and _known(r.get("correct"))]
+        ok = [r for r in own if not row_failed(r) and _known(r.get("correct"))]
         unsplit = [r for r in ok if r.get("contamination_type") not in SUBSETS]
         unsplit_types = Counter(str(r.get("contamination_type")) for r in unsplit)
         ok = [r for r in ok if r.get("contamination_type") in SUBSETS]
@@ -258,7 +259,7 @@ class CleanDirtyEval(Method):
             p_value=p_value,
             rate=n_dirty / len(ok) if ok else None,
             n_examples=len(own),
-            n_failed=sum(bool(r.get("error")) for r in own),
+            n_failed=sum(row_failed(r) for r in own),
             details=details,
         )
         reason = _undecidable(groups["dirty"], clean, cfg)

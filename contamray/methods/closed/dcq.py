@@ -99,7 +99,7 @@ import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
 from contamray.methods.closed import cell_rows
-from contamray.methods.closed.cell_rows import built, finite, missing, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import built, finite, missing, output_map, row_failed, rows_of, truthy
 from contamray.methods.closed.dcq_synonyms import SYNONYMS
 from contamray.methods.closed.guided_prompting import dataset_and_split
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
@@ -554,7 +554,7 @@ class DCQ(HeldoutTest):
 def quiz_summary(rows: list[dict[str, Any]], cfg: DCQConfig) -> dict[str, Any]:
     """The paper's numbers of one partition's rows: BDQ letter counts, non-preferred positions, BCQ counts
     (per quizzed position, each letter chosen), the contamination range, and the mean ``score``."""
-    scored = [r for r in rows if not _failed(r) and finite(r.get("score")) is not None]
+    scored = [r for r in rows if not row_failed(r) and finite(r.get("score")) is not None]
     n = len(scored)
     bdq = letter_counts(str(r.get("bdq_answer") or "") for r in scored)
     quizzed = [p for p in POSITIONS if any(not missing(r.get(_bcq(p))) for r in scored)]
@@ -591,7 +591,3 @@ def _failure(key: str, output: Output | None) -> str:
         "the model did not see every option"
     )
 
-
-def _failed(row: Mapping[str, Any]) -> bool:
-    error = row.get("error")
-    return isinstance(error, str) and bool(error.strip())

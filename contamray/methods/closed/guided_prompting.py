@@ -122,7 +122,7 @@ from contamray.methods.base import (
     Verdict,
     register,
 )
-from contamray.methods.closed.cell_rows import output_map, rows_of
+from contamray.methods.closed.cell_rows import output_map, row_failed, rows_of
 from contamray.methods.closed.guided_prompts import (
     JUDGE_STOP,
     build_prompts,
@@ -410,14 +410,6 @@ def judge_sample(record_ids: Iterable[str], cfg: Config) -> set[str]:
 # ----------------------------------------------------------------------------- the two algorithms
 
 
-def _failed(row: Mapping[str, Any]) -> bool:
-    error = row.get("error")
-    return isinstance(error, str) and bool(error.strip())
-
-
-def _judge_failed(row: Mapping[str, Any]) -> bool:
-    error = row.get("judge_error")
-    return isinstance(error, str) and bool(error.strip())
 
 
 def _number(value: Any) -> float | None:
@@ -502,7 +494,7 @@ def algorithm2(valid: list[dict[str, Any]], cfg: Config) -> dict[str, Any]:
         "n_near_exact": n_near,
         "n_none": verdicts.count("none"),
         "n_unparsed": sum(r.get("judge_verdict") == "unparsed" for r in valid),
-        "n_judge_failed": sum(_judge_failed(r) for r in valid),
+        "n_judge_failed": sum(row_failed(r, "judge_error") for r in valid),
         "min_exact": cfg.min_exact,
         "min_near_exact": cfg.min_near_exact,
         "rate": (n_exact + n_near) / len(verdicts) if verdicts else None,
@@ -776,10 +768,10 @@ class GuidedPrompting(Method):
                 f"guided_prompting.reduce: the table mixes partitions {partitions}; reduce one partition "
                 "at a time"
             )
-        failed = [r for r in rows if _failed(r)]
+        failed = [r for r in rows if row_failed(r)]
         valid = [
             r for r in rows
-            if not _failed(r) and _number(r.get("rougeL_guided")) is not None
+            if not row_failed(r) and _number(r.get("rougeL_guided")) is not None
             and _number(r.get("rougeL_general")) is not None
         ]  # fmt: skip
         alg1 = algorithm1(
@@ -798,7 +790,7 @@ class GuidedPrompting(Method):
         }
         if failed:
             details["errors"] = [f"{r.get('record_id')}: {r['error']}" for r in failed[:5]]
-        judge_errors = [f"{r.get('record_id')}: {r['judge_error']}" for r in valid if _judge_failed(r)]
+        judge_errors = [f"{r.get('record_id')}: {r['judge_error']}" for r in valid if row_failed(r, "judge_error")]
         if judge_errors:
             details["judge_errors"] = judge_errors[:5]
         by_alg1 = "algorithm_1" in decided_by

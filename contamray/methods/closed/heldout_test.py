@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict
-from contamray.methods.closed.cell_rows import finite, missing, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import finite, missing, output_map, row_failed, rows_of, truthy
 from contamray.records import Record, benchmark_of
 from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
 from contamray.stats.tests import describe, mann_whitney_greater, mann_whitney_min_p, roc_auc, tpr_at_fpr
@@ -151,10 +151,6 @@ def _reference(value: Any, where: str) -> str | dict[str, str]:
         raise ValueError(f"{where}: expected a benchmark key or a mapping benchmark -> key, got {value!r}")
     return value
 
-
-def _failed(row: Mapping[str, Any]) -> bool:
-    error = row.get("error")
-    return isinstance(error, str) and bool(error.strip())
 
 
 class HeldoutTest(Method):
@@ -258,7 +254,7 @@ class HeldoutTest(Method):
         same_benchmark = [r for r in ref if benchmark_of(str(r.get("partition", ""))) == benchmark_of(partition)]
         tested = ref if cfg.mode == "distribution" or not foreign else []
         non_members = same_benchmark if cfg.mode == "heldout" else []
-        failed = [r for r in own if _failed(r)]
+        failed = [r for r in own if row_failed(r)]
         details: dict[str, Any] = {
             "score": self.score_description(cfg),
             "alpha": cfg.alpha,
@@ -275,23 +271,22 @@ class HeldoutTest(Method):
         details.update(main)
         if len(columns) > 1:
             details["by_column"] = {c: results[c] for c in columns[1:]}
-        reason = self._inconclusive_reason(cfg, partition, ref, foreign, main)
-        p_value = main.get("p_value")
-        statistic = main.get("auc_vs_reference")
-        if reason:
-            decision = "inconclusive"
-        else:
-            decision = "contaminated" if p_value is not None and p_value <= cfg.alpha else "clean"
-        details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
 
         def reason_of(column: str, at: Any) -> str:
             return self._inconclusive_reason(at, partition, ref, foreign, results[column])
 
         combined = self.combine(cfg, own + ref, results, reason_of)
-        if combined is not None:  # the method tests several columns at once (e.g. CDD's two prompt forms)
+        if combined is None:  # the declared score column decides
+            reason, p_value, statistic = reason_of(score, cfg), main.get("p_value"), main.get("auc_vs_reference")
+        else:  # the method tests several columns at once (e.g. CDD's two prompt forms)
             p_value, statistic, reason, summary = combined
-            decision = ("inconclusive" if reason or p_value is None
-                        else "contaminated" if p_value <= cfg.alpha else "clean")  # fmt: skip
+        if reason or p_value is None:
+            decision = "inconclusive"
+        else:
+            decision = "contaminated" if p_value <= cfg.alpha else "clean"
+        if combined is None:
+            details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
+        else:
             details.update(p_value=p_value, summary=f"{summary} -> {decision}" + (" (see reason)" if reason else ""))
         return Verdict(
             method=self.name,
@@ -468,7 +463,7 @@ def unit_columns(record: Record) -> dict[str, Any]:
 
 def _scored(rows: list[dict], column: str) -> list[tuple[dict, float]]:
     """(row, value) for rows that did not fail and have a finite ``column``."""
-    pairs = [(r, finite(r.get(column))) for r in rows if not _failed(r)]
+    pairs = [(r, finite(r.get(column))) for r in rows if not row_failed(r)]
     return [(r, v) for r, v in pairs if v is not None]
 
 

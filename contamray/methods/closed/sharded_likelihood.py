@@ -159,7 +159,7 @@ from typing import Any
 import numpy as np
 
 from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Outputs, Request, Verdict, register
-from contamray.methods.closed.cell_rows import finite, output_map, rows_of, truthy
+from contamray.methods.closed.cell_rows import finite, output_map, row_failed, rows_of, truthy
 from contamray.methods.closed.likelihood_text import (
     EXAMPLE_END,
     check_fields,
@@ -598,7 +598,7 @@ class ShardedLikelihood(Method):
             raise ValueError(
                 f"sharded_likelihood.reduce: the table mixes partitions {partitions}; reduce one partition at a time"
             )
-        failed = [r for r in rows if isinstance(r.get("error"), str) and r["error"].strip()]
+        failed = [r for r in rows if row_failed(r)]
         shards: dict[Any, dict[str, Any]] = {}
         skipped: dict[Any, str] = {}
         for r in rows:
