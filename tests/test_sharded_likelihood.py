@@ -319,6 +319,88 @@ def test_reduce_refuses_mixed_partitions():
         METHOD.reduce(pd.DataFrame(rows), cfg())
 
 
+# ----------------------------------------------------------------------------- several serialisations
+
+
+def _answers(records: list[Record], config, prefers: str | None, seed: int = 0) -> dict[str, Output]:
+    """Every shard request answered with seeded noise; the canonical orders of serialisation ``prefers`` (a
+    request key prefix, "" for the first serialisation) are also 2 nats likelier."""
+    import random
+
+    rng = random.Random(seed)
+    outputs = {}
+    for req in METHOD.requests(records, config, 0, {}):
+        prefix = req.key.split("|")[0] + "|" if ":" in req.key.split("|")[0] else ""
+        lift = 2.0 if prefers is not None and prefix == prefers and req.key.endswith("|canon") else 0.0
+        outputs[req.key] = Output(key=req.key, token_logprobs=[rng.gauss(-30.0, 0.3) + lift], num_tokens=1)
+    return outputs
+
+
+def test_other_serialisations_are_requested_under_their_label_and_bad_ones_name_the_key():
+    records = [rec(i) for i in range(10)]
+    config = cfg(num_shards=5, permutations_per_shard=3, other_serialisations=["text", "json:input"])
+    assert config.other_serialisations == ("text:input+label", "json:input")
+    reqs = METHOD.requests(records, config, 0, {})
+    by_prefix: dict[str, list] = {}
+    for r in reqs:
+        head = r.key.split("|")[0]
+        by_prefix.setdefault(head if ":" in head else "", []).append(r)
+    assert {k: len(v) for k, v in by_prefix.items()} == {"": 20, "text:input+label": 20, "json:input": 20}
+    canon = {k: next(r.text for r in v if r.key.endswith("r0|shard0|canon")) for k, v in by_prefix.items()}
+    assert canon[""].startswith('{"input": "Question number 0 asks something different.", "label": "answer 0"}\n')
+    assert canon["text:input+label"].startswith("Question number 0 asks something different.\nanswer 0\n\n")
+    assert canon["json:input"] == "".join(
+        f'{{"input": "Question number {i} asks something different."}}\n' for i in range(2))
+    for bad, match in ((["json"], r"other_serialisations\[0\]: json:input\+label is already tested"),
+                       (["text", "xml"], r"other_serialisations\[1\].format: 'xml'"),
+                       (["text:nope"], r"other_serialisations\[0\].fields: unknown field"), ([""], "FORMAT:FIELD")):
+        with pytest.raises(ValueError, match=match):
+            cfg(other_serialisations=bad)
+
+
+def test_the_decision_is_the_bonferroni_combination_of_the_serialisations():
+    """Rows the model saw as plain text: the default JSON serialisation finds nothing, the text one does, and the
+    combined test decides with p = 3 x the text test's own p; each serialisation's d is a column of the rows."""
+    records = [rec(i) for i in range(20)]
+    combined = cfg(num_shards=5, permutations_per_shard=5, other_serialisations=["text", "json:input"])
+    answers = _answers(records, combined, prefers="text:input+label|")
+    rows = METHOD.score(records, answers, combined)
+    assert all(r["d_text_input_label"] > 1.0 for r in rows) and {"d", "d_json_input"} <= set(rows[0])
+    verdict = METHOD.reduce(pd.DataFrame(rows), combined)
+    by = verdict.details["by_serialisation"]
+    assert list(by) == ["json:input+label", "text:input+label", "json:input"]
+    assert by["json:input+label"]["decision"] == "clean" and by["json:input"]["decision"] == "clean"
+    assert by["text:input+label"]["p_value"] < 0.01
+    assert verdict.decision == "contaminated" and verdict.details["decided_by"] == "text:input+label"
+    assert verdict.p_value == pytest.approx(3 * by["text:input+label"]["p_value"])
+    assert "Bonferroni over 3 serialisation(s)" in verdict.details["summary"]
+    # the first serialisation alone is the test without the others, row for row
+    alone = cfg(num_shards=5, permutations_per_shard=5)
+    single = METHOD.reduce(pd.DataFrame(METHOD.score(records, answers, alone)), alone)
+    assert single.decision == "clean" and single.p_value == by["json:input+label"]["p_value"]
+    # no serialisation can decide: inconclusive, the shared reason said once
+    few = cfg(num_shards=3, permutations_per_shard=5, other_serialisations=["text"])
+    undecided = METHOD.reduce(pd.DataFrame(METHOD.score(records, _answers(records, few, None), few)), few)
+    assert undecided.decision == "inconclusive" and undecided.p_value is None
+    assert undecided.reason.startswith("only 3 shard(s) could be tested")
+    assert "text:input+label:" not in undecided.reason
+
+
+def test_several_serialisations_hold_the_null():
+    """Clean by construction: every order's likelihood is exchangeable noise, in every serialisation. The
+    Bonferroni decision over 3 serialisations flags at most alpha (+ 3 standard errors) of 300 partitions."""
+    records = [rec(i) for i in range(20)]
+    config = cfg(num_shards=5, permutations_per_shard=4, other_serialisations=["text", "json:input"])
+    flagged = 0
+    n = 300
+    for seed in range(n):
+        rows = METHOD.score(records, _answers(records, config, None, seed=seed), config)
+        verdict = METHOD.reduce(pd.DataFrame(rows), config)
+        assert verdict.decision in ("clean", "contaminated")
+        flagged += verdict.decision == "contaminated"
+    assert flagged / n <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n), flagged
+
+
 # ----------------------------------------------------------------------------- the detection test
 
 

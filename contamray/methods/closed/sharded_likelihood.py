@@ -48,6 +48,22 @@ Two variants (``permute``), both reporting the order-structure diagnosis of
 - ``permute: rows``: Oren et al.'s original (every example a unit, whatever the structure), for
   reproducing the paper (``sharded_likelihood_paper``) and the survey's Table 1 (``sharded_likelihood_oren``).
 
+Several serialisations (``other_serialisations``, our extension; default none): the test finds only the
+serialisation the model saw - a model that read the rows as plain text, or the inputs alone, gives the
+default JSON lines of input and label no order preference (measured on the embedded model fine-tuned on
+20 ARC-Challenge inputs as JSON lines, 10 copies: ``json:input+label`` p = 0.28, ``json:input`` p = 0.017,
+``text:input`` p = 0.64). When the format of a leak is unknown, each listed serialisation
+(``"FORMAT"`` or ``"FORMAT:FIELD+FIELD"``) is tested beside ``(fields, format)`` - its own shards,
+shuffles, structure check and p-value - and the decision is their Bonferroni combination,
+p = min(1, k x the smallest p) over the k serialisations that can decide (whether one can depends on
+shard counts, the texts' structure and failed requests, never on the order likelihoods, so the level
+stays alpha whatever the tests' dependence; ``tests/test_sharded_likelihood.py`` checks it by simulation).
+The price is k times the scoring and a k-fold p: on the model above all four serialisations together
+gave p = 0.067. Rows: ``d`` stays the first serialisation's; each other one's shard d is
+``d_<format>_<fields>`` and its whole row is kept in ``other_serialisations`` (JSON by label);
+``details.by_serialisation`` holds each test's decision, p and reason, ``details.decided_by`` the one
+with the smallest p.
+
 When the null is not credible the decision is ``inconclusive`` (issue #13), never a silent answer:
 
 - **residual structure**: the permuted units must be exchangeable *inside the shards*. After the units
@@ -112,6 +128,7 @@ split) is not implemented: group permutations keep the test exact without a seco
 reference model's own order preferences differ from the target's, so the comparison has no exact null.
 
 Parameters: ``num_shards``, ``permutations_per_shard``, ``context_len``, ``stride``, ``fields``, ``format``,
+``other_serialisations`` (default none),
 ``alpha``, ``seed``, ``permute``, ``detect_structure`` (see above), ``min_shards`` (default 5),
 ``allow_structured`` (default false) and ``test`` (``permutation``, default; ``t`` in the two presets that
 reproduce the paper's and the survey's numbers).
@@ -143,7 +160,8 @@ Where this implementation departs from the authors' code, and why:
 
 Requests: one stage, one score request per order of every shard (key
 ``"<first record id of the shard>|shard<i>|canon"`` and ``...|perm<j>``, ``record_ids`` = the shard's
-records), carrying ``context_len`` / ``stride`` so the engine windows the longer ones.
+records; an other serialisation's keys start ``"<label>|"``), carrying ``context_len`` / ``stride`` so the
+engine windows the longer ones.
 ``score_scope = "partition"``: ``score`` needs every shard of the partition at once.
 """
 
@@ -153,7 +171,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -214,10 +232,14 @@ class Config:
     min_shards: int = MIN_SHARDS  # fewer tested shards (or more than half of num_shards untested): inconclusive
     allow_structured: bool = False  # decide even when the permuted units are not exchangeable (reproduce Oren)
     test: str = "permutation"  # p of the t statistic: "permutation" (exact, any shard count) or "t" (Student's t)
+    # more ways the file may have been written ("FORMAT" or "FORMAT:FIELD+FIELD", e.g. "text:input"), each tested
+    # beside (fields, format); the decision is their Bonferroni combination (module docstring)
+    other_serialisations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"methods.{NAME}"
         self.fields = check_fields(self.fields, self.format, where)
+        self.other_serialisations = _check_serialisations(self.other_serialisations, self.fields, self.format, where)
         if self.test not in TESTS:
             raise ValueError(
                 f"{where}.test: {self.test!r} is not one of {', '.join(TESTS)} (permutation: the t statistic's exact "
@@ -243,6 +265,60 @@ class Config:
             raise ValueError(f"{where}.alpha must be in (0, 1), got {self.alpha}")
         if self.min_shards < 2:
             raise ValueError(f"{where}.min_shards must be >= 2 (the t-test needs 2 shards), got {self.min_shards}")
+
+
+@dataclass(frozen=True)
+class Serialisation:
+    """One way of writing the examples as a file: the Record ``fields`` written as ``format``."""
+
+    fields: tuple[str, ...]
+    format: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.format}:{'+'.join(self.fields)}"
+
+    @property
+    def column(self) -> str:
+        """The per-example column of this serialisation's shard d (beside ``d``, the first serialisation's)."""
+        return f"d_{self.format}_{'_'.join(self.fields)}"
+
+
+def parse_serialisation(spec: Any, default_fields: Sequence[str], where: str) -> Serialisation:
+    """``"FORMAT"`` (the configured ``fields``) or ``"FORMAT:FIELD+FIELD"``; the error names ``where``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{where}: expected \"FORMAT\" or \"FORMAT:FIELD+FIELD\" (e.g. \"text:input\"), got {spec!r}")
+    fmt, _, names = spec.strip().partition(":")
+    fields = tuple(f for f in names.split("+") if f) if names else tuple(default_fields)
+    return Serialisation(check_fields(fields, fmt, where), fmt)
+
+
+def _check_serialisations(specs: Any, fields: tuple[str, ...], fmt: str, where: str) -> tuple[str, ...]:
+    if isinstance(specs, str):
+        specs = [specs]
+    seen = [Serialisation(fields, fmt)]
+    for i, spec in enumerate(specs or ()):
+        parsed = parse_serialisation(spec, fields, f"{where}.other_serialisations[{i}]")
+        if parsed in seen:
+            raise ValueError(
+                f"{where}.other_serialisations[{i}]: {parsed.label} is already tested "
+                f"({', '.join(s.label for s in seen)}); test each serialisation once (a repeat only raises the "
+                "Bonferroni factor)"
+            )
+        seen.append(parsed)
+    return tuple(s.label for s in seen[1:])
+
+
+def serialisations(cfg: Config) -> list[Serialisation]:
+    """``(fields, format)`` first, then ``other_serialisations``."""
+    return [Serialisation(cfg.fields, cfg.format)] + [
+        parse_serialisation(spec, cfg.fields, "other_serialisations") for spec in cfg.other_serialisations
+    ]
+
+
+def _alone(cfg: Config, s: Serialisation) -> Config:
+    """The single-serialisation test of ``s`` under ``cfg``'s other parameters."""
+    return replace(cfg, fields=s.fields, format=s.format, other_serialisations=())
 
 
 # ----------------------------------------------------------------------------- layout
@@ -493,11 +569,14 @@ class ShardedLikelihood(Method):
     # -- requests
 
     def requests(self, records: list[Record], cfg: Config, stage: int, outputs: dict[str, Output]) -> list[Request]:
+        """Every order of every shard, per serialisation (the first's keys bare, the others' ``<label>|...``)."""
         if stage > 0:
             return []
         return [
-            score_request(shard.perm_key(j), shard.record_ids, shard.text(order)[0], cfg.context_len, cfg.stride)
-            for shard in layout(records, cfg).shards
+            score_request(prefix + shard.perm_key(j), shard.record_ids, shard.text(order)[0], cfg.context_len,
+                          cfg.stride)  # fmt: skip
+            for prefix, alone in _each(cfg)
+            for shard in layout(records, alone).shards
             if not shard.skip_reason
             for j, order in enumerate(shard.orders)
         ]
@@ -507,8 +586,25 @@ class ShardedLikelihood(Method):
     def score(
         self, records: list[Record], outputs: Mapping[str, Output] | Iterable[Output], cfg: Config, **_: Any
     ) -> list[dict[str, Any]]:
-        """One row per record: its shard's canonical and shuffled log-likelihoods, d and permutation p."""
+        """One row per record: its shard's canonical and shuffled log-likelihoods, d and permutation p - of the
+        first serialisation; each other one's d in its column (``d_<format>_<fields>``) and its whole row in
+        ``other_serialisations`` (JSON by label), from which ``reduce`` tests it."""
         got = output_map(outputs)
+        (_, first), *others = _each(cfg)
+        rows = self._score_alone(records, got, first)
+        by_id = {row["record_id"]: row for row in rows}
+        for prefix, alone in others:
+            form = serialisations(alone)[0]
+            mine = {key[len(prefix):]: out for key, out in got.items() if key.startswith(prefix)}
+            for row in self._score_alone(records, mine, alone):
+                target = by_id[row["record_id"]]
+                target[form.column] = row["d"]
+                evidence = json.loads(target.get("other_serialisations") or "{}")
+                evidence[form.label] = {k: v for k, v in row.items() if k not in ("record_id", "partition", "order")}
+                target["other_serialisations"] = json.dumps(evidence)
+        return rows
+
+    def _score_alone(self, records: list[Record], got: dict[str, Output], cfg: Config) -> list[dict[str, Any]]:
         laid = layout(records, cfg)
         rows: list[dict[str, Any]] = []
         for r in laid.empty:
@@ -591,8 +687,17 @@ class ShardedLikelihood(Method):
     # -- reduce
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
-        """One-sided t-test over the shards' d_i (reference rows, if any, are not part of this test)."""
+        """One-sided test over the shards' d_i per serialisation (reference rows, if any, are not part of it);
+        with ``other_serialisations``, their Bonferroni combination (``_combine``)."""
         rows = [r for r in rows_of(table) if not truthy(r.get("is_reference"))]
+        (_, first), *others = _each(cfg)
+        verdicts = [self._reduce_alone(rows, first)]
+        for _, alone in others:
+            label = serialisations(alone)[0].label
+            verdicts.append(self._reduce_alone([_row_of(r, label) for r in rows], alone))
+        return verdicts[0] if not others else _combine(serialisations(cfg), verdicts, cfg)
+
+    def _reduce_alone(self, rows: list[dict[str, Any]], cfg: Config) -> Verdict:
         partitions = sorted({str(r.get("partition", "")) for r in rows})
         if len(partitions) > 1:
             raise ValueError(
@@ -695,6 +800,58 @@ class ShardedLikelihood(Method):
             details=details,
         )
         return verdict.make_inconclusive("; ".join(problems)) if problems else verdict
+
+
+def _each(cfg: Config) -> list[tuple[str, Config]]:
+    """(request key prefix, single-serialisation config) of every serialisation tested, the first unprefixed."""
+    return [("" if i == 0 else f"{form.label}|", _alone(cfg, form)) for i, form in enumerate(serialisations(cfg))]
+
+
+def _row_of(row: dict[str, Any], label: str) -> dict[str, Any]:
+    """A stored row as the single test of serialisation ``label`` wrote it (``score``'s ``other_serialisations``)."""
+    stored = row.get("other_serialisations")
+    evidence = json.loads(stored).get(label) if isinstance(stored, str) and stored else None
+    base = {k: row.get(k) for k in ("record_id", "partition", "order")}
+    if evidence is None:
+        return {**base, "error": f"no result of serialisation {label} in this row (recompute the cell)"}
+    return {**base, **evidence}
+
+
+def _combine(forms: list[Serialisation], verdicts: list[Verdict], cfg: Config) -> Verdict:
+    """The decision over several serialisations: Bonferroni, p = min(1, k x the smallest p) over the k that can
+    decide. Whether one can (shard counts, the residual-structure check on the texts, failed requests) does not
+    depend on the order likelihoods, so each decidable test is valid at its level and the minimum over k at
+    alpha / k keeps the level alpha, whatever the tests' dependence. None decidable: inconclusive."""
+    first = verdicts[0]
+    by = {
+        form.label: {"decision": v.decision, "p_value": v.p_value, "statistic": v.statistic, "reason": v.reason,
+                     "summary": v.details.get("summary", "")}  # fmt: skip
+        for form, v in zip(forms, verdicts, strict=True)
+    }
+    details = {**first.details, "serialisations": [f.label for f in forms], "by_serialisation": by}
+    decided = [(f, v) for f, v in zip(forms, verdicts, strict=True) if v.decision != "inconclusive" and
+               v.p_value is not None]  # fmt: skip
+    common = {"method": NAME, "partition": first.partition, "rate": None, "n_examples": first.n_examples,
+              "n_failed": max(v.n_failed for v in verdicts)}  # fmt: skip
+    if not decided:
+        reasons = sorted({v.reason for v in verdicts})
+        reason = reasons[0] if len(reasons) == 1 else "; ".join(f"{f.label}: {v.reason}" for f, v in
+                                                                 zip(forms, verdicts, strict=True))  # fmt: skip
+        details["summary"] = f"none of the {len(forms)} serialisations could decide"
+        return Verdict(statistic=first.statistic, p_value=None, details=details, decision="inconclusive",
+                       reason=reason, **common)  # fmt: skip
+    form, best = min(decided, key=lambda fv: fv[1].p_value)
+    p_value = min(1.0, len(decided) * float(best.p_value))
+    contaminated = p_value <= cfg.alpha
+    undecided = [f.label for f in forms if f not in {d for d, _ in decided}]
+    details["summary"] = (
+        f"Bonferroni over {len(decided)} serialisation(s): smallest p {best.p_value:.3g} ({form.label}) x "
+        f"{len(decided)} = {p_value:.3g}" + (f"; undecided: {', '.join(undecided)}" if undecided else "")
+        + f" -> {'contaminated' if contaminated else 'clean'}; "
+        + "; ".join(f"{f.label}: p={v.p_value:.3g}" for f, v in decided)
+    )
+    details["decided_by"] = form.label
+    return Verdict(statistic=best.statistic, p_value=p_value, contaminated=contaminated, details=details, **common)
 
 
 def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
