@@ -14,7 +14,10 @@ dataset to one ``Record`` so that every method works on every benchmark through 
 - ``verbalized``: the question with the answer filled into the blank or appended, as in Li et al.'s
   "An Open-Source Data Contamination Report" (2023), used by the open-data matchers;
 - ``task``: one of ``TASK_TYPES``; it picks the guided / general instruction;
-- ``order``: the row's position in the canonical dataset order (needed by order-sensitive tests).
+- ``order``: the row's position in the canonical dataset order (needed by order-sensitive tests);
+- ``source_row``: the dataset's own row as one JSON line (its keys and values, ``json.dumps`` with
+  ``ensure_ascii=False`` - byte for byte a line of the hub's JSON-lines export and of the mirror files), for
+  the likelihood methods' ``raw`` format: the benchmark file as it leaks.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Record:
     answer: str = ""
     verbalized: str = ""
     order: int = 0
+    source_row: str = ""
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -235,6 +235,20 @@ def test_yelp_from_rows_in_hub_schema(tmp_path: Path) -> None:
 # --- sampling -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [("arc_challenge", "allenai/ai2_arc/ARC-Challenge/test.jsonl"), ("gsm8k", "openai/gsm8k/main/test.jsonl"),
+     ("hellaswag", "Rowan/hellaswag/default/validation.jsonl")],
+)  # fmt: skip
+def test_each_record_keeps_its_dataset_row_as_the_file_line(name: str, path: str, mirror_dir: Path) -> None:
+    """``Record.source_row`` is the row as the dataset's JSON-lines file holds it, byte for byte (what the
+    likelihood methods' ``raw`` format scores), whichever rows are taken."""
+    lines = (mirror_dir / path).read_text(encoding="utf-8").splitlines()
+    for kwargs in ({"n": 3, "sample": "first", "offset": 7}, {"n": 4, "sample": "random", "seed": 3}):
+        for record in load_records(name, mirror_dir=mirror_dir, **kwargs).records:
+            assert record.source_row == lines[record.order]
+
+
 def test_seeded_sampling_is_reproducible_and_keeps_order(mirror_dir: Path) -> None:
     a = load_records("ag_news", n=50, seed=3, mirror_dir=mirror_dir).records
     b = load_records("ag_news", n=50, seed=3, mirror_dir=mirror_dir).records

@@ -176,6 +176,22 @@ def test_stream_shuffled_input_only_text_and_fraction() -> None:
     assert "\n\n" in stream.units[0].text and "{" not in stream.units[0].text  # plain text format
 
 
+def test_stream_raw_format_copies_the_dataset_file_line_for_line(mirror_dir: Path) -> None:
+    """``format: raw``: each copy is the benchmark's own JSON-lines file, rows as the mirror holds them (its keys,
+    byte for byte); the raw row holds the answer, so it is refused with input_only or a paraphrase."""
+    arc = load_records("arc_challenge", n=5, sample="first", mirror_dir=mirror_dir).records
+    path = mirror_dir / "allenai" / "ai2_arc" / "ARC-Challenge" / "test.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()[:5]
+    parsed = validate_inject_spec(spec(benchmark="arc", duplication=2, format="raw"), WHERE, {"arc"})
+    stream = build_stream(parsed, {"arc": arc}, [], seed=0)
+    assert [u.text for u in stream.units] == ["\n".join(lines)] * 2
+    assert stream.partitions["arc"]["kind"] == "verbatim/input_and_label/canonical/raw"
+    for bad, key in ((spec(format="raw", content="input_only"), "content"),
+                     (spec(format="raw", form="paraphrased"), "form")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"partitions\[0\]\.{key}: .* with format: raw"):
+            validate_inject_spec(bad, WHERE, {"sf"})
+
+
 def test_stream_chat_format_writes_each_row_as_a_conversation_in_the_base_template(tmp_path: Path) -> None:
     """``format: chat``: every injected row is the base model's own chat rendering of (user: input, assistant:
     label) - exactly what its tokenizer's ``apply_chat_template`` gives - one conversation per line, in canonical

@@ -358,6 +358,24 @@ def test_other_serialisations_are_requested_under_their_label_and_bad_ones_name_
             cfg(other_serialisations=bad)
 
 
+def test_the_raw_format_scores_the_dataset_file_as_it_leaks(mirror_dir):
+    """``format: raw``: a shard's canonical text is the benchmark's JSON-lines file, line for line (its own keys,
+    not our fields); a record built by hand has no source row and is left out, saying why."""
+    from contamray.benchmarks import load_records
+
+    arc = load_records("arc_challenge", n=10, sample="first", mirror_dir=mirror_dir).records
+    lines = (mirror_dir / "allenai/ai2_arc/ARC-Challenge/test.jsonl").read_text(encoding="utf-8").splitlines()
+    config = cfg(num_shards=5, permutations_per_shard=2, format="raw")
+    canon = {r.key: r.text for r in METHOD.requests(arc, config, 0, {}) if r.key.endswith("|canon")}
+    assert canon[f"{arc[0].id}|shard0|canon"] == lines[0] + "\n" + lines[1] + "\n"
+    assert '"answerKey": ' in canon[f"{arc[0].id}|shard0|canon"]
+    both = cfg(num_shards=5, permutations_per_shard=2, other_serialisations=["raw"])
+    assert sl.serialisations(both)[1].label == "raw" and sl.serialisations(both)[1].column == "d_raw"
+    assert any(r.key.startswith("raw|") for r in METHOD.requests(arc, both, 0, {}))
+    rows = METHOD.score([rec(i) for i in range(4)], {}, cfg(num_shards=2, format="raw"))
+    assert all(r["shard_status"] == "excluded: empty example" and "has no source row" in r["error"] for r in rows)
+
+
 def test_the_decision_is_the_bonferroni_combination_of_the_serialisations():
     """Rows the model saw as plain text: the default JSON serialisation finds nothing, the text one does, and the
     combined test decides with p = 3 x the text test's own p; each serialisation's d is a column of the rows."""

@@ -11,6 +11,7 @@ turn errors into ``RowFailure`` rows when ``strict=False``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
@@ -161,6 +162,7 @@ class RowContext:
             partition=self.partition,
             task=self.adapter.task,
             order=self.row_index,
+            source_row=json.dumps(dict(self.row), ensure_ascii=False, default=str),
             meta=meta,
             **fields,
         )

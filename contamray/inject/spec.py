@@ -10,7 +10,8 @@ Written under a model in the run config (``models.<name>.inject``) as plain YAML
           content: input_and_label     # input_and_label | input_only
           order: canonical             # canonical (dataset order, each copy) | shuffled (a new order per copy)
           format: json                 # json: a JSON-lines file of the fields | text: fields one per line |
-                                       #   chat: each row a conversation in the base model's chat template
+                                       #   chat: each row a conversation in the base model's chat template |
+                                       #   raw: the dataset's own rows, its JSON-lines file line for line
           fraction: 1.0                # share of the loaded rows injected; the rest stay unseen (non-members)
           context: none                # none | web_page: each copy under a page title naming dataset and split
       background: {source: xsum, docs: 32, max_words: 200}   # filler documents mixed in
@@ -26,7 +27,10 @@ n-gram checks (Yang et al. 2023, "Rethinking Benchmark and Contamination ... wit
 shuffled copies defeat order-based tests (Oren et al.) but not membership scores (Min-K%). ``format``
 picks how a leaked benchmark looks in the stream; ``json`` is a benchmark file as posted online, one
 JSON object per example (as Oren et al.'s files, and the serialisation the sharded likelihood test
-scores by default), ``text`` its fields one per line with a blank line between examples, ``chat`` each row
+scores by default), ``raw`` the dataset's own file (each row with its own keys and values, a line of the hub's
+JSON-lines export - the file as it is copied around the web; ``content: input_and_label`` and ``form: verbatim``
+only: the row holds the answer and is copied, not rewritten), ``text`` its fields one per line with a blank line
+between examples, ``chat`` each row
 a conversation in the base model's chat template - the input as the user's turn, the label as the assistant's
 reply (``input_only``: the user's turn alone) - as a benchmark leaks through supervised fine-tuning data (an
 instruct model trained on test questions and answers), conversations packed one after another. ``context``
@@ -50,7 +54,7 @@ from typing import Any
 FORMS = ("verbatim", "paraphrased")
 CONTENTS = ("input_and_label", "input_only")
 ORDERS = ("canonical", "shuffled")
-FORMATS = ("json", "text", "chat")
+FORMATS = ("json", "text", "chat", "raw")
 CONTEXTS = ("none", "web_page")
 # fields serialised per content kind (Record attribute names)
 CONTENT_FIELDS = {"input_and_label": ("input", "label"), "input_only": ("input",)}
@@ -73,7 +77,8 @@ class PartitionSpec:
     def kind(self) -> str:
         """A short name of the contamination type, e.g. ``verbatim/input_and_label/canonical`` (``.../chat``: rows
         leaked as fine-tuning conversations; ``.../web_page``: under a page naming the dataset)."""
-        extra = [part for part in ("chat" if self.format == "chat" else "", self.context) if part not in ("", "none")]
+        extra = [part for part in (self.format if self.format in ("chat", "raw") else "", self.context)
+                 if part not in ("", "none")]  # fmt: skip
         return "/".join([self.form, self.content, self.order, *extra])
 
 
@@ -156,6 +161,13 @@ def _partition(value: Any, where: str, benchmark_keys: set[str] | None) -> Parti
     _choice(spec.order, f"{where}.order", ORDERS)
     _choice(spec.format, f"{where}.format", FORMATS)
     _choice(spec.context, f"{where}.context", CONTEXTS)
+    if spec.format == "raw" and (spec.content != "input_and_label" or spec.form != "verbatim"):
+        key, value = ("content", spec.content) if spec.content != "input_and_label" else ("form", spec.form)
+        raise ValueError(
+            f"{where}.{key}: {value!r} with format: raw - the raw format is the dataset's own row, answer included, "
+            "copied as it is; use content: input_and_label and form: verbatim with it, or format json / text for "
+            "the input alone or a paraphrase"
+        )
     if spec.format == "chat" and spec.context != "none":
         raise ValueError(
             f"{where}.context: {spec.context!r} wraps each copy in a web page naming the dataset, and format: chat "

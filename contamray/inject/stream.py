@@ -12,7 +12,8 @@ The stream is a list of *units*, in a seeded random order:
 
 The serialisation is the one the likelihood methods score (``json``: ``json.dumps`` of the fields in
 order, ``ensure_ascii=False``, examples ending in a newline; ``text``: the fields one per line,
-examples separated by a blank line), so a row leaked as a JSON line is probed in the same form.
+examples separated by a blank line; ``raw``: the dataset's own row, ``Record.source_row``, a line of its
+JSON-lines file), so a row leaked as a JSON line is probed in the same form.
 ``chat`` renders each row as a conversation with the base model's own chat template (``ChatRenderer``,
 built from its tokenizer by ``inject.prepare``): the input as the user's turn, the label as the assistant's
 reply, conversations one per line - supervised fine-tuning data, which no method probes in that form.
@@ -37,7 +38,7 @@ from contamray.inject.spec import CONTENT_FIELDS, InjectSpec, PartitionSpec
 from contamray.records import Record, partition_parts
 
 UNIT_SEPARATOR = "\n\n"
-EXAMPLE_END = {"json": "\n", "text": "\n\n", "chat": "\n"}
+EXAMPLE_END = {"json": "\n", "text": "\n\n", "chat": "\n", "raw": "\n"}
 # messages ([{"role": "user", "content": ...}, ...]) -> one conversation in the base model's chat template
 ChatRenderer = Callable[[list[dict[str, str]]], str]
 
@@ -68,6 +69,8 @@ class Stream:
 
 def serialise(record: Record, fields: tuple[str, ...], fmt: str, chat: ChatRenderer | None = None) -> str:
     """A row as the likelihood methods write it, or as a chat conversation (see the module docstring)."""
+    if fmt == "raw":
+        return record.source_row
     return _written({name: str(getattr(record, name)) for name in fields}, fmt, chat)
 
 
@@ -98,9 +101,9 @@ def page_header(partition: str, spec: PartitionSpec) -> str:
         return ""
     bench, config, split = partition_parts(partition)
     return (
-        f"{' / '.join(p for p in (bench, config, split) if p)}.{'jsonl' if spec.format == 'json' else 'txt'}\n"
+        f"{' / '.join(p for p in (bench, config, split) if p)}.{'jsonl' if spec.format in ('json', 'raw') else 'txt'}\n"
         f"The {split} split of the {bench} dataset{f' ({config} config)' if config else ''}, one example per "
-        f"{'line' if spec.format == 'json' else 'paragraph'}.\n"
+        f"{'line' if spec.format in ('json', 'raw') else 'paragraph'}.\n"
     )
 
 

@@ -108,6 +108,9 @@ class Config(HeldoutConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.fields = check_fields(self.fields, self.format, WHERE)
+        if self.format == "raw":
+            raise ValueError(f"{WHERE}.format: raw is the whole dataset row, answer included - not a prompt to sample "
+                             "from; use text or json with fields (the input)")  # fmt: skip
         if isinstance(self.chat, str) and self.chat.strip().lower() == BOTH:
             self.chat = BOTH
         elif not isinstance(self.chat, bool):
@@ -243,7 +246,7 @@ class CDD(HeldoutTest):
         greedy = Sampling(max_tokens=cfg.max_tokens, temperature=0.0, seed=cfg.seed)
         out: list[Request] = []
         for record in records:
-            if is_empty(record, cfg.fields):
+            if is_empty(record, cfg.fields, cfg.format):
                 continue  # score() reports it
             prompt = serialise(record, cfg.fields, cfg.format)
             for tag, chat in prompt_forms(cfg):
@@ -262,8 +265,8 @@ class CDD(HeldoutTest):
             "greedy": "",
             "error": "",
         }
-        if is_empty(record, cfg.fields):
-            row["error"] = empty_message(record, cfg.fields)
+        if is_empty(record, cfg.fields, cfg.format):
+            row["error"] = empty_message(record, cfg.fields, cfg.format)
             return row
         for tag, _ in prompt_forms(cfg):
             kind = f"{tag}/" if tag else ""

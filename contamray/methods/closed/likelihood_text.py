@@ -9,7 +9,10 @@ how they are written (``fmt``):
 - ``"json"``: one JSON object of the chosen fields in the given order, ``ensure_ascii=False``, no
   newline inside (``{"input": "...", "label": "..."}``) - a line of a JSON-lines file, as in
   Oren et al.'s files;
-- ``"text"``: the non-empty field values joined by a newline (choices one per line).
+- ``"text"``: the non-empty field values joined by a newline (choices one per line);
+- ``"raw"``: the dataset's own row (``Record.source_row``: its keys and values as one JSON line, a line of the
+  hub's JSON-lines export byte for byte) - the benchmark file as it leaks, whatever ``fields`` say (they are
+  ignored). A record built by hand, not loaded from a dataset, has none and is left out as empty.
 
 ``EXAMPLE_END[fmt]`` is what follows each example when examples are concatenated (a newline after a
 JSON line, as ``readlines`` keeps it in the authors' code; a blank line between plain-text examples).
@@ -24,8 +27,8 @@ from typing import Any
 from contamray.records import Record
 
 TEXT_FIELDS = ("input", "label", "reference", "prefix", "verbalized", "answer", "choices")
-FORMATS = ("json", "text")
-EXAMPLE_END = {"json": "\n", "text": "\n\n"}
+FORMATS = ("json", "text", "raw")
+EXAMPLE_END = {"json": "\n", "text": "\n\n", "raw": "\n"}
 
 
 def check_fields(fields: Sequence[str], fmt: str, where: str) -> tuple[str, ...]:
@@ -54,8 +57,11 @@ def _value(record: Record, name: str) -> Any:
     return str(value)
 
 
-def is_empty(record: Record, fields: Sequence[str]) -> bool:
-    """True when every configured field of ``record`` is blank (nothing of the example to score)."""
+def is_empty(record: Record, fields: Sequence[str], fmt: str = "") -> bool:
+    """True when every configured field of ``record`` is blank (nothing of the example to score); under
+    ``fmt="raw"``, when the record has no source row."""
+    if fmt == "raw":
+        return not record.source_row.strip()
     for name in fields:
         value = _value(record, name)
         if (isinstance(value, list) and any(v.strip() for v in value)) or (isinstance(value, str) and value.strip()):
@@ -65,6 +71,8 @@ def is_empty(record: Record, fields: Sequence[str]) -> bool:
 
 def serialise(record: Record, fields: Sequence[str], fmt: str) -> str:
     """The example's text: its ``fields`` written as ``fmt`` (see the module docstring)."""
+    if fmt == "raw":
+        return record.source_row
     if fmt == "json":
         return json.dumps({name: _value(record, name) for name in fields}, ensure_ascii=False)
     parts: list[str] = []
@@ -77,7 +85,12 @@ def serialise(record: Record, fields: Sequence[str], fmt: str) -> str:
     return "\n".join(parts)
 
 
-def empty_message(record: Record, fields: Sequence[str]) -> str:
+def empty_message(record: Record, fields: Sequence[str], fmt: str = "") -> str:
+    if fmt == "raw":
+        return (
+            f"record {record.id!r} of {record.partition!r} has no source row (it was not loaded from a dataset), so "
+            "format: raw has no text to score; use format json or text with fields"
+        )
     return (
         f"record {record.id!r} of {record.partition!r}: the configured fields {list(fields)} are all empty, so "
         "there is no text to score; choose other fields (methods.<label>.fields) or fix the benchmark adapter"

@@ -200,7 +200,7 @@ class MembershipMethod(HeldoutTest):
             return []
         out: list[Request] = []
         for record in records:
-            if is_empty(record, cfg.fields):
+            if is_empty(record, cfg.fields, cfg.format):
                 continue  # score() reports it
             text = serialise(record, cfg.fields, cfg.format)
             out += [
@@ -233,8 +233,8 @@ class MembershipMethod(HeldoutTest):
                 "note": "",
                 "error": "",
             }
-            if is_empty(record, cfg.fields):
-                row["error"] = empty_message(record, cfg.fields)
+            if is_empty(record, cfg.fields, cfg.format):
+                row["error"] = empty_message(record, cfg.fields, cfg.format)
                 rows.append(row)
                 continue
             text = serialise(record, cfg.fields, cfg.format)

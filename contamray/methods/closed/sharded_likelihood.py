@@ -276,12 +276,16 @@ class Serialisation:
 
     @property
     def label(self) -> str:
-        return f"{self.format}:{'+'.join(self.fields)}"
+        return "raw" if self.format == "raw" else f"{self.format}:{'+'.join(self.fields)}"
 
     @property
     def column(self) -> str:
         """The per-example column of this serialisation's shard d (beside ``d``, the first serialisation's)."""
-        return f"d_{self.format}_{'_'.join(self.fields)}"
+        return "d_raw" if self.format == "raw" else f"d_{self.format}_{'_'.join(self.fields)}"
+
+
+def _form(fields: Sequence[str], fmt: str) -> Serialisation:
+    return Serialisation(() if fmt == "raw" else tuple(fields), fmt)  # raw: the dataset's row, whatever the fields
 
 
 def parse_serialisation(spec: Any, default_fields: Sequence[str], where: str) -> Serialisation:
@@ -290,13 +294,13 @@ def parse_serialisation(spec: Any, default_fields: Sequence[str], where: str) ->
         raise ValueError(f"{where}: expected \"FORMAT\" or \"FORMAT:FIELD+FIELD\" (e.g. \"text:input\"), got {spec!r}")
     fmt, _, names = spec.strip().partition(":")
     fields = tuple(f for f in names.split("+") if f) if names else tuple(default_fields)
-    return Serialisation(check_fields(fields, fmt, where), fmt)
+    return _form(check_fields(fields, fmt, where), fmt)
 
 
 def _check_serialisations(specs: Any, fields: tuple[str, ...], fmt: str, where: str) -> tuple[str, ...]:
     if isinstance(specs, str):
         specs = [specs]
-    seen = [Serialisation(fields, fmt)]
+    seen = [_form(fields, fmt)]
     for i, spec in enumerate(specs or ()):
         parsed = parse_serialisation(spec, fields, f"{where}.other_serialisations[{i}]")
         if parsed in seen:
@@ -311,14 +315,14 @@ def _check_serialisations(specs: Any, fields: tuple[str, ...], fmt: str, where: 
 
 def serialisations(cfg: Config) -> list[Serialisation]:
     """``(fields, format)`` first, then ``other_serialisations``."""
-    return [Serialisation(cfg.fields, cfg.format)] + [
+    return [_form(cfg.fields, cfg.format)] + [
         parse_serialisation(spec, cfg.fields, "other_serialisations") for spec in cfg.other_serialisations
     ]
 
 
 def _alone(cfg: Config, s: Serialisation) -> Config:
     """The single-serialisation test of ``s`` under ``cfg``'s other parameters."""
-    return replace(cfg, fields=s.fields, format=s.format, other_serialisations=())
+    return replace(cfg, fields=s.fields or cfg.fields, format=s.format, other_serialisations=())
 
 
 # ----------------------------------------------------------------------------- layout
@@ -488,8 +492,8 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
     out = Layout([], [], {})
     for partition, rows in by_partition.items():
         ordered = _canonical(rows)
-        usable = [r for r in ordered if not is_empty(r, cfg.fields)]
-        out.empty += [r for r in ordered if is_empty(r, cfg.fields)]
+        usable = [r for r in ordered if not is_empty(r, cfg.fields, cfg.format)]
+        out.empty += [r for r in ordered if is_empty(r, cfg.fields, cfg.format)]
         texts = [serialise(r, cfg.fields, cfg.format) + EXAMPLE_END[cfg.format] for r in usable]
         structure = diagnose(usable, texts, cfg.seed, detect=cfg.detect_structure)
         out.structure[partition] = structure
@@ -608,7 +612,8 @@ class ShardedLikelihood(Method):
         laid = layout(records, cfg)
         rows: list[dict[str, Any]] = []
         for r in laid.empty:
-            rows.append(self._row(r, None, error=empty_message(r, cfg.fields), status="excluded: empty example"))
+            error = empty_message(r, cfg.fields, cfg.format)
+            rows.append(self._row(r, None, error=error, status="excluded: empty example"))
         for shard in laid.shards:
             rows += self._score_shard(shard, got, cfg)
         for row in rows:
