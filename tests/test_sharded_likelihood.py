@@ -396,6 +396,15 @@ def test_the_decision_is_the_bonferroni_combination_of_the_serialisations():
     alone = cfg(num_shards=5, permutations_per_shard=5)
     single = METHOD.reduce(pd.DataFrame(METHOD.score(records, answers, alone)), alone)
     assert single.decision == "clean" and single.p_value == by["json:input+label"]["p_value"]
+    # one that cannot decide (hand-built records have no raw row) is left out of the factor, its reason kept
+    partial = cfg(num_shards=5, permutations_per_shard=5, format="raw", other_serialisations=["json:input+label"])
+    answers = _answers(records, partial, prefers="json:input+label|")
+    mixed = METHOD.reduce(pd.DataFrame(METHOD.score(records, answers, partial)), partial)
+    assert mixed.details["by_serialisation"]["raw"]["decision"] == "inconclusive"
+    assert mixed.details["by_serialisation"]["raw"]["reason"].startswith("every row failed, e.g. record 'r0'")
+    assert "has no source row" in mixed.details["by_serialisation"]["raw"]["reason"]
+    assert mixed.decision == "contaminated" and "inconclusive_reasons" not in mixed.details
+    assert mixed.p_value == mixed.details["by_serialisation"]["json:input+label"]["p_value"]  # k = 1
     # no serialisation can decide: inconclusive, the shared reason said once
     few = cfg(num_shards=3, permutations_per_shard=5, other_serialisations=["text"])
     undecided = METHOD.reduce(pd.DataFrame(METHOD.score(records, _answers(records, few, None), few)), few)

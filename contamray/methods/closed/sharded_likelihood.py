@@ -784,6 +784,8 @@ class ShardedLikelihood(Method):
             if test == "permutation":
                 details["permutation_null"] = {k: res.detail[k] for k in ("null", "n_null", "min_p")}
         problems = _power_problems(len(ds), len(skipped), cfg) + _null_problems(structure, cfg, details)
+        if not ds and failed and len(failed) == len(rows):  # nothing was scored: say why first
+            problems.insert(0, f"every row failed, e.g. {failed[0].get('error')}")
         reach = details.get("permutation_null", {}).get("min_p")
         if not problems and reach is not None and reach > cfg.alpha:
             problems.append(
@@ -845,6 +847,7 @@ def _combine(forms: list[Serialisation], verdicts: list[Verdict], cfg: Config) -
         details["summary"] = f"none of the {len(forms)} serialisations could decide"
         return Verdict(statistic=first.statistic, p_value=None, details=details, decision="inconclusive",
                        reason=reason, **common)  # fmt: skip
+    details.pop("inconclusive_reasons", None)  # the first serialisation's alone; each one's is in by_serialisation
     form, best = min(decided, key=lambda fv: fv[1].p_value)
     p_value = min(1.0, len(decided) * float(best.p_value))
     contaminated = p_value <= cfg.alpha
