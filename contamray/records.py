@@ -16,7 +16,7 @@ dataset to one ``Record`` so that every method works on every benchmark through 
 - ``task``: one of ``TASK_TYPES``; it picks the guided / general instruction;
 - ``order``: the row's position in the canonical dataset order (needed by order-sensitive tests);
 - ``source_row``: the dataset's own row as one JSON line (its keys and values, ``json.dumps`` with
-  ``ensure_ascii=False`` - byte for byte a line of the hub's JSON-lines export and of the mirror files), for
+  ``ensure_ascii=False`` - byte for byte a line of the mirror files, which hold the hub's rows), for
   the likelihood methods' ``raw`` format: the benchmark file as it leaks.
 """
 

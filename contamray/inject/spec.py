@@ -27,8 +27,8 @@ n-gram checks (Yang et al. 2023, "Rethinking Benchmark and Contamination ... wit
 shuffled copies defeat order-based tests (Oren et al.) but not membership scores (Min-K%). ``format``
 picks how a leaked benchmark looks in the stream; ``json`` is a benchmark file as posted online, one
 JSON object per example (as Oren et al.'s files, and the serialisation the sharded likelihood test
-scores by default), ``raw`` the dataset's own file (each row with its own keys and values, a line of the hub's
-JSON-lines export - the file as it is copied around the web; ``content: input_and_label`` and ``form: verbatim``
+scores by default), ``raw`` the dataset's own file (each row with its own keys and values, one JSON line as the
+mirror files hold it - the file as it is copied around the web; ``content: input_and_label`` and ``form: verbatim``
 only: the row holds the answer and is copied, not rewritten), ``text`` its fields one per line with a blank line
 between examples, ``chat`` each row
 a conversation in the base model's chat template - the input as the user's turn, the label as the assistant's

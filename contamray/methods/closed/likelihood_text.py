@@ -10,8 +10,8 @@ how they are written (``fmt``):
   newline inside (``{"input": "...", "label": "..."}``) - a line of a JSON-lines file, as in
   Oren et al.'s files;
 - ``"text"``: the non-empty field values joined by a newline (choices one per line);
-- ``"raw"``: the dataset's own row (``Record.source_row``: its keys and values as one JSON line, a line of the
-  hub's JSON-lines export byte for byte) - the benchmark file as it leaks, whatever ``fields`` say (they are
+- ``"raw"``: the dataset's own row (``Record.source_row``: its keys and values as one JSON line, byte for byte a
+  line of the mirror files) - the benchmark file as it leaks, whatever ``fields`` say (they are
   ignored). A record built by hand, not loaded from a dataset, has none and is left out as empty.
 
 ``EXAMPLE_END[fmt]`` is what follows each example when examples are concatenated (a newline after a
