@@ -405,6 +405,7 @@ def test_the_decision_is_the_bonferroni_combination_of_the_serialisations():
     assert "has no source row" in mixed.details["by_serialisation"]["raw"]["reason"]
     assert mixed.decision == "contaminated" and "inconclusive_reasons" not in mixed.details
     assert mixed.p_value == mixed.details["by_serialisation"]["json:input+label"]["p_value"]  # k = 1
+    assert METHOD.settle(mixed, partial).decision == "contaminated"  # the raw side's failed rows are not its rows
     # no serialisation can decide: inconclusive, the shared reason said once
     few = cfg(num_shards=3, permutations_per_shard=5, other_serialisations=["text"])
     undecided = METHOD.reduce(pd.DataFrame(METHOD.score(records, _answers(records, few, None), few)), few)

@@ -590,4 +590,3 @@ def _failure(key: str, output: Output | None) -> str:
         f"request {key!r}: the quiz prompt is longer than the model's context ({output.truncated} tokens cut), so "
         "the model did not see every option"
     )
-

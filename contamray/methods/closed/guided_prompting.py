@@ -410,8 +410,6 @@ def judge_sample(record_ids: Iterable[str], cfg: Config) -> set[str]:
 # ----------------------------------------------------------------------------- the two algorithms
 
 
-
-
 def _number(value: Any) -> float | None:
     if value is None:
         return None

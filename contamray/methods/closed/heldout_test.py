@@ -152,7 +152,6 @@ def _reference(value: Any, where: str) -> str | dict[str, str]:
     return value
 
 
-
 class HeldoutTest(Method):
     """The partition decision against a held-out reference partition (module docstring: ``reduce``).
 

@@ -579,7 +579,7 @@ class ShardedLikelihood(Method):
         return [
             score_request(prefix + shard.perm_key(j), shard.record_ids, shard.text(order)[0], cfg.context_len,
                           cfg.stride)  # fmt: skip
-            for prefix, alone in _each(cfg)
+            for _, prefix, alone in _each(cfg)
             for shard in layout(records, alone).shards
             if not shard.skip_reason
             for j, order in enumerate(shard.orders)
@@ -594,18 +594,20 @@ class ShardedLikelihood(Method):
         first serialisation; each other one's d in its column (``d_<format>_<fields>``) and its whole row in
         ``other_serialisations`` (JSON by label), from which ``reduce`` tests it."""
         got = output_map(outputs)
-        (_, first), *others = _each(cfg)
+        (_, _, first), *others = _each(cfg)
         rows = self._score_alone(records, got, first)
+        if not others:
+            return rows
         by_id = {row["record_id"]: row for row in rows}
-        for prefix, alone in others:
-            form = serialisations(alone)[0]
+        evidence: dict[str, dict[str, Any]] = {row["record_id"]: {} for row in rows}
+        for form, prefix, alone in others:
             mine = {key[len(prefix):]: out for key, out in got.items() if key.startswith(prefix)}
             for row in self._score_alone(records, mine, alone):
-                target = by_id[row["record_id"]]
-                target[form.column] = row["d"]
-                evidence = json.loads(target.get("other_serialisations") or "{}")
-                evidence[form.label] = {k: v for k, v in row.items() if k not in ("record_id", "partition", "order")}
-                target["other_serialisations"] = json.dumps(evidence)
+                by_id[row["record_id"]][form.column] = row["d"]
+                kept = {k: v for k, v in row.items() if k not in ("record_id", "partition", "order")}
+                evidence[row["record_id"]][form.label] = kept
+        for record_id, row in by_id.items():
+            row["other_serialisations"] = json.dumps(evidence[record_id])
         return rows
 
     def _score_alone(self, records: list[Record], got: dict[str, Output], cfg: Config) -> list[dict[str, Any]]:
@@ -695,12 +697,15 @@ class ShardedLikelihood(Method):
         """One-sided test over the shards' d_i per serialisation (reference rows, if any, are not part of it);
         with ``other_serialisations``, their Bonferroni combination (``_combine``)."""
         rows = [r for r in rows_of(table) if not truthy(r.get("is_reference"))]
-        (_, first), *others = _each(cfg)
-        verdicts = [self._reduce_alone(rows, first)]
-        for _, alone in others:
-            label = serialisations(alone)[0].label
-            verdicts.append(self._reduce_alone([_row_of(r, label) for r in rows], alone))
-        return verdicts[0] if not others else _combine(serialisations(cfg), verdicts, cfg)
+        each = _each(cfg)
+        if len(each) == 1:
+            return self._reduce_alone(rows, cfg)
+        # each serialisation's test passes the checks every decision passes (``settle``: rows that failed) before
+        # it counts among those that can decide
+        verdicts = [self.settle(self._reduce_alone(rows if i == 0 else [_row_of(r, form.label) for r in rows],
+                                                   alone), alone)
+                    for i, (form, _, alone) in enumerate(each)]  # fmt: skip
+        return _combine([form for form, _, _ in each], verdicts, cfg)
 
     def _reduce_alone(self, rows: list[dict[str, Any]], cfg: Config) -> Verdict:
         partitions = sorted({str(r.get("partition", "")) for r in rows})
@@ -809,9 +814,11 @@ class ShardedLikelihood(Method):
         return verdict.make_inconclusive("; ".join(problems)) if problems else verdict
 
 
-def _each(cfg: Config) -> list[tuple[str, Config]]:
-    """(request key prefix, single-serialisation config) of every serialisation tested, the first unprefixed."""
-    return [("" if i == 0 else f"{form.label}|", _alone(cfg, form)) for i, form in enumerate(serialisations(cfg))]
+def _each(cfg: Config) -> list[tuple[Serialisation, str, Config]]:
+    """(serialisation, request key prefix, its single-serialisation config) of every serialisation tested, the
+    first's keys unprefixed."""
+    return [(form, "" if i == 0 else f"{form.label}|", _alone(cfg, form))
+            for i, form in enumerate(serialisations(cfg))]  # fmt: skip
 
 
 def _row_of(row: dict[str, Any], label: str) -> dict[str, Any]:
@@ -838,20 +845,20 @@ def _combine(forms: list[Serialisation], verdicts: list[Verdict], cfg: Config) -
     details = {**first.details, "serialisations": [f.label for f in forms], "by_serialisation": by}
     decided = [(f, v) for f, v in zip(forms, verdicts, strict=True) if v.decision != "inconclusive" and
                v.p_value is not None]  # fmt: skip
-    common = {"method": NAME, "partition": first.partition, "rate": None, "n_examples": first.n_examples,
-              "n_failed": max(v.n_failed for v in verdicts)}  # fmt: skip
+    common = {"method": NAME, "partition": first.partition, "rate": None, "n_examples": first.n_examples}
     if not decided:
         reasons = sorted({v.reason for v in verdicts})
         reason = reasons[0] if len(reasons) == 1 else "; ".join(f"{f.label}: {v.reason}" for f, v in
                                                                  zip(forms, verdicts, strict=True))  # fmt: skip
         details["summary"] = f"none of the {len(forms)} serialisations could decide"
         return Verdict(statistic=first.statistic, p_value=None, details=details, decision="inconclusive",
-                       reason=reason, **common)  # fmt: skip
+                       reason=reason, n_failed=max(v.n_failed for v in verdicts), **common)  # fmt: skip
     details.pop("inconclusive_reasons", None)  # the first serialisation's alone; each one's is in by_serialisation
     form, best = min(decided, key=lambda fv: fv[1].p_value)
     p_value = min(1.0, len(decided) * float(best.p_value))
     contaminated = p_value <= cfg.alpha
-    undecided = [f.label for f in forms if f not in {d for d, _ in decided}]
+    deciding = {f for f, _ in decided}
+    undecided = [f.label for f in forms if f not in deciding]
     details["summary"] = (
         f"Bonferroni over {len(decided)} serialisation(s): smallest p {best.p_value:.3g} ({form.label}) x "
         f"{len(decided)} = {p_value:.3g}" + (f"; undecided: {', '.join(undecided)}" if undecided else "")
@@ -859,7 +866,9 @@ def _combine(forms: list[Serialisation], verdicts: list[Verdict], cfg: Config) -
         + "; ".join(f"{f.label}: p={v.p_value:.3g}" for f, v in decided)
     )
     details["decided_by"] = form.label
-    return Verdict(statistic=best.statistic, p_value=p_value, contaminated=contaminated, details=details, **common)
+    # the deciding test's failed rows: a serialisation that could not decide (e.g. no raw rows) does not count
+    return Verdict(statistic=best.statistic, p_value=p_value, contaminated=contaminated, details=details,
+                   n_failed=best.n_failed, **common)  # fmt: skip
 
 
 def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
