@@ -401,7 +401,7 @@ def test_the_decision_is_the_bonferroni_combination_of_the_serialisations():
     answers = _answers(records, partial, prefers="json:input+label|")
     mixed = METHOD.reduce(pd.DataFrame(METHOD.score(records, answers, partial)), partial)
     assert mixed.details["by_serialisation"]["raw"]["decision"] == "inconclusive"
-    assert mixed.details["by_serialisation"]["raw"]["reason"].startswith("every row failed, e.g. record 'r0'")
+    assert mixed.details["by_serialisation"]["raw"]["reason"].startswith("every row failed (20 of 20; e.g. record 'r0'")
     assert "has no source row" in mixed.details["by_serialisation"]["raw"]["reason"]
     assert mixed.decision == "contaminated" and "inconclusive_reasons" not in mixed.details
     assert mixed.p_value == mixed.details["by_serialisation"]["json:input+label"]["p_value"]  # k = 1

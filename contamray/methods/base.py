@@ -63,6 +63,12 @@ NOT_APPLICABLE = "not_applicable"
 ERROR = "error"
 
 
+def every_row_failed(n_rows: int, example: str | None = None) -> str:
+    """The inconclusive reason of a partition none of whose ``n_rows`` rows was scored (``example``: one error)."""
+    where = f"e.g. {example}" if example else "see details.errors and the examples' error column"
+    return f"every row failed ({n_rows} of {n_rows}; {where})"
+
+
 @dataclass
 class Verdict:
     """The partition-level answer of one method: was this partition in the training data?
@@ -230,10 +236,7 @@ class Method:
         if verdict.n_examples <= 0:
             return verdict.make_inconclusive("the partition has no rows: nothing to decide on")
         if verdict.n_failed >= verdict.n_examples:
-            return verdict.make_inconclusive(
-                f"every row failed ({verdict.n_failed} of {verdict.n_examples}; see details.errors and the examples' "
-                "error column)"
-            )
+            return verdict.make_inconclusive(every_row_failed(verdict.n_examples))
         share = verdict.n_failed / verdict.n_examples
         if share > self.max_failed_share:
             return verdict.make_inconclusive(

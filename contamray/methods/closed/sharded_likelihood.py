@@ -176,7 +176,17 @@ from typing import Any
 
 import numpy as np
 
-from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Outputs, Request, Verdict, register
+from contamray.methods.base import (
+    Applies,
+    BenchmarkFacts,
+    Method,
+    Output,
+    Outputs,
+    Request,
+    Verdict,
+    every_row_failed,
+    register,
+)
 from contamray.methods.closed.cell_rows import finite, output_map, row_failed, rows_of, truthy
 from contamray.methods.closed.likelihood_text import (
     EXAMPLE_END,
@@ -790,7 +800,7 @@ class ShardedLikelihood(Method):
                 details["permutation_null"] = {k: res.detail[k] for k in ("null", "n_null", "min_p")}
         problems = _power_problems(len(ds), len(skipped), cfg) + _null_problems(structure, cfg, details)
         if not ds and failed and len(failed) == len(rows):  # nothing was scored: say why first
-            problems.insert(0, f"every row failed, e.g. {failed[0].get('error')}")
+            problems.insert(0, every_row_failed(len(rows), str(failed[0].get("error"))))
         reach = details.get("permutation_null", {}).get("min_p")
         if not problems and reach is not None and reach > cfg.alpha:
             problems.append(
