@@ -3,8 +3,11 @@
 An open-data run (13-gram overlap and GPT-4 substrings for 64 GSM8K rows, six corpus files of 2.3 MB with
 three planted rows, small match batches, two match actors) starts; as soon as a match actor runs a task on the
 worker node (a child process of that node's raylet titled ``ray::FileMatchWorker.scan``), that node is removed
-(its raylet and every worker on it stop, as when a machine is lost). Ray restarts the lost actor on the head
-node and retries its task; the run must finish with the same
+(its raylet and every worker on it stop, as when a machine is lost). Until then the head node's CPUs are held by a
+placeholder actor, so the match actors start on the worker node whatever the machine's load (without it, the head's
+actor could finish the six files before the worker node's had started, and no task would run there); the
+placeholder goes with the node, and Ray restarts the lost actors on the head node and retries their tasks. The
+run must finish with the same
 ``examples.parquet`` (wall-clock aside) and ``partitions.parquet`` as an undisturbed run on the same cluster.
 """
 
@@ -16,7 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import ray
 from ray._private import ray_constants
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from contamray.pipeline.plan import build_plan
 from contamray.pipeline.runner import load_benchmarks
@@ -27,6 +32,14 @@ from tests.test_worker_loss import LONG_FILLER, busy_match_worker, tables, write
 pytestmark = pytest.mark.slow
 
 METHODS = "ngram13,gpt4_substring"  # with LONG_FILLER, ~0.2 s of matching per file: a node can be lost mid-task
+
+
+@ray.remote
+class HoldCpus:
+    """Holds the CPUs it is created with (``options(num_cpus=...)``) until killed."""
+
+    def ready(self) -> bool:
+        return True
 
 
 def config(
@@ -54,16 +67,24 @@ def test_a_worker_node_removed_mid_scan_changes_nothing(ray_cluster, tmp_path, m
     run(config(tmp_path / "undisturbed", corpus, mirror_dir, methods=METHODS))
     raylet = worker.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
 
+    head = ray.get_runtime_context().get_node_id()
+    placeholder = HoldCpus.options(
+        num_cpus=2, scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)
+    ).remote()
+    ray.get(placeholder.ready.remote())  # the head's 2 CPUs are taken: the match actors start on the worker node
     removed: list[str] = []
 
     def remove_mid_scan() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if busy_match_worker(raylet) is not None:  # a match task running on the worker node
-                cluster.remove_node(worker)
-                removed.append(worker.node_id)
-                return
-            time.sleep(0.005)
+        deadline = time.monotonic() + 300
+        try:
+            while time.monotonic() < deadline:
+                if busy_match_worker(raylet) is not None:  # a match task running on the worker node
+                    cluster.remove_node(worker)
+                    removed.append(worker.node_id)
+                    return
+                time.sleep(0.005)
+        finally:
+            ray.kill(placeholder)  # the head's CPUs for the restarted actors (or, timed out, for the run to end)
 
     thread = threading.Thread(target=remove_mid_scan)
     thread.start()
