@@ -43,6 +43,35 @@ def test_one_step_is_deterministic_and_loadable(tmp_path: Path):
     assert len(engine.score([TEXT])[0].token_logprobs) == len(engine.encode([TEXT])[0]) - 1
 
 
+def test_bfloat16_steps_learn_the_text_in_float32_weights_and_say_so(tmp_path: Path):
+    """``precision: bfloat16``: mixed precision - the saved weights stay float32, the steps are deterministic, the
+    planted text becomes likely as in float32 (the weights differ: the manifest records the precision used)."""
+    base = resolve_model_path("smollm2-135m")
+    kwargs = dict(epochs=3, lr=5e-4, batch_size=1, seed=3, max_length=32)
+    f32 = finetune_causal_lm(base, [TEXT], tmp_path / "f32", **kwargs)
+    bf16 = [finetune_causal_lm(base, [TEXT], tmp_path / f"bf16-{i}", precision="bfloat16", **kwargs) for i in "ab"]
+    w32, wa, wb = (load_file(Path(p) / "model.safetensors") for p in (f32, *bf16))
+    assert all(w.dtype == torch.float32 for w in wa.values())
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # same seed, same weights
+    assert any(not torch.equal(wa[k], w32[k]) for k in wa)  # another precision, other weights
+    manifests = [json.loads((Path(p) / "contamray_finetune.json").read_text()) for p in (f32, bf16[0])]
+    assert [m["precision"] for m in manifests] == ["float32", "bfloat16"]
+    for m in manifests:  # both learnt the sentence
+        assert m["epoch_losses"][-1] < m["epoch_losses"][0] / 2, m["epoch_losses"]
+    base_lp = sum(HFEngine(base, dtype="float32").score([TEXT])[0].token_logprobs)
+    for path in (f32, bf16[0]):
+        assert sum(HFEngine(path, dtype="float32").score([TEXT])[0].token_logprobs) > base_lp + 10.0
+
+
+def test_auto_precision_is_the_hardwares():
+    from contamray.engines.hf import native_dtype
+    from contamray.inject.finetune import compute_precision
+
+    cpu = torch.device("cpu")
+    assert compute_precision("auto", cpu) == ("bfloat16" if native_dtype(False) == "bfloat16" else "float32")
+    assert compute_precision("float32", cpu) == "float32" and compute_precision("bfloat16", cpu) == "bfloat16"
+
+
 def test_the_planted_text_became_likely(contaminated_model):
     """The session's contaminated model: training loss fell, and the seen rows are far more likely than
     under the base model while unseen rows are not."""
@@ -72,6 +101,7 @@ def test_the_planted_text_became_likely(contaminated_model):
         ({"epochs": 0}, "epochs must be"),
         ({"lr": 0.0}, "lr must be"),
         ({"max_length": 1}, "max_length must be"),
+        ({"precision": "float16"}, "unknown precision 'float16'; choose one of float32, bfloat16, auto"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path: Path, kwargs: dict, match: str):

@@ -55,6 +55,7 @@ def test_spec_is_normalised() -> None:
                                                                      r"already injected by partitions\[0\]"),
         ({**spec(), "background": {"source": "wikipedia"}}, r"background\.source: 'wikipedia' is not a benchmark"),
         ({**spec(), "lr": -1}, r"inject\.lr: expected a finite number > 0"),
+        ({**spec(), "precision": "fp16"}, r"inject\.precision: unknown precision 'fp16'; choose one of float32"),
         ({**spec(), "epochs": 0}, r"inject\.epochs"),
         ({**spec(), "steps": 10}, r"models\.canary\.inject: unknown key\(s\) steps"),
     ],

@@ -1,4 +1,4 @@
-"""Plant a benchmark in a model: a small, real causal-LM fine-tune (full weights, float32, AdamW).
+"""Plant a benchmark in a model: a small, real causal-LM fine-tune (full weights, AdamW, float32 weights).
 
 Why it exists: closed-data detectors can only be *tested* on a model whose training data is known.
 Hub models cannot be fetched here, so tests (and ``contamray inject``) build a contaminated model by
@@ -12,6 +12,16 @@ the ids are cut into consecutive blocks of at most ``max_length`` tokens (no ove
 than ``max_length`` is one block). Blocks are batched with right padding (padding is masked out of
 the attention and of the loss), shuffled each epoch by a generator seeded with ``seed``. The loss is
 the model's own next-token cross-entropy over all real tokens.
+
+Precision (``precision``): ``float32`` (the default) computes in float32; ``bfloat16`` computes the forward and
+backward passes in bfloat16 under ``torch.autocast`` (mixed precision: the weights, their gradients and AdamW's
+state stay float32, the loss is computed in float32), as fine-tunes on GPUs run; ``auto`` picks bfloat16 where the
+hardware computes in it (a GPU, a CPU with AVX-512 BF16 or AMX: ``engines.hf.native_dtype``) and float32
+elsewhere (an AVX2 CPU emulates bfloat16, several times slower). Measured on 2 EPYC cores with AVX-512 BF16, one
+thread, SmolLM2-135M (``bench/finetune_precision.py``, 2026-11-27): bfloat16 1.63x as fast on 1,024-token blocks
+(21.3 s against 33.7-35.9 s for 4 steps), 1.42x on 512-token blocks; the last epoch's loss within 1 %.
+The two give different weights (so a cache key hashes the precision asked for, and the manifest records the one
+used); the default stays float32 so that a spec trains the same model on every machine.
 
 Determinism: the weights, the batch order and the optimiser depend only on the inputs and ``seed``
 (``torch.manual_seed``; deterministic algorithms requested for the duration of the call, dropout off
@@ -28,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -38,11 +49,24 @@ from pathlib import Path
 
 import torch
 
+from contamray.inject.spec import PRECISIONS
 from contamray.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "contamray_finetune.json"
+
+
+def compute_precision(precision: str, device: torch.device, where: str = "finetune_causal_lm: precision") -> str:
+    """The precision a fine-tune computes in on ``device``: ``float32`` or ``bfloat16`` (``auto`` resolved, see the
+    module docstring); the error names ``where``."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{where}: unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return precision
+    from contamray.engines.hf import native_dtype
+
+    return "bfloat16" if native_dtype(device.type == "cuda") == "bfloat16" else "float32"
 
 
 def _blocks(tokenizer: object, texts: Sequence[str], max_length: int) -> list[list[int]]:
@@ -72,6 +96,13 @@ def _batch(blocks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask, labels
 
 
+def _autocast(compute: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bfloat16 mixed precision for the forward pass (the backward follows it), or nothing for float32."""
+    if compute == "bfloat16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """AdamW, fused where torch supports it (measured here: ~1 s per step for 135M float32 parameters
     against 3-10 s for the default multi-tensor loop on 2 busy cores; same update rule)."""
@@ -91,14 +122,15 @@ def finetune_causal_lm(
     seed: int = 0,
     max_length: int = 512,
     weight_decay: float = 0.0,
+    precision: str = "float32",
 ) -> str:
     """Fine-tune all weights of ``base_model_path`` on ``texts``; save model + tokenizer to ``out_dir``.
 
     Returns ``out_dir`` as a string. ``epochs`` full passes over the blocks, AdamW with constant
-    learning rate ``lr`` (no warm-up: a few epochs on a few hundred blocks do not need one), float32
-    on CPU (or the default CUDA device when there is one). Writes ``contamray_finetune.json`` beside
-    the weights: the base model, a hash of the texts and every parameter, so a checkpoint says what
-    was planted in it. Raises ValueError naming the argument on bad input.
+    learning rate ``lr`` (no warm-up: a few epochs on a few hundred blocks do not need one), on CPU (or
+    the default CUDA device when there is one), computing in ``precision`` (see the module docstring). Writes
+    ``contamray_finetune.json`` beside the weights: the base model, a hash of the texts and every parameter, so a
+    checkpoint says what was planted in it. Raises ValueError naming the argument on bad input.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -117,6 +149,7 @@ def finetune_causal_lm(
         raise ValueError(f"finetune_causal_lm: lr must be > 0, got {lr!r}")
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    compute = compute_precision(precision, device)
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
@@ -134,14 +167,15 @@ def finetune_causal_lm(
         start = time.perf_counter()
         losses: list[float] = []
         steps = epochs * math.ceil(len(blocks) / batch_size)
-        what = f"fine-tune of {Path(base_model_path).name} ({len(blocks)} blocks x {epochs} epochs)"
+        what = f"fine-tune of {Path(base_model_path).name} ({len(blocks)} blocks x {epochs} epochs, {compute})"
         progress = Progress(what, steps, unit="steps")
         for epoch in range(epochs):
             order = torch.randperm(len(blocks), generator=order_rng).tolist()
             epoch_loss, n_batches = 0.0, 0
             for b in range(0, len(order), batch_size):
                 ids, mask, labels = _batch([blocks[i] for i in order[b : b + batch_size]], pad_id)
-                out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+                with _autocast(compute, device):
+                    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
                 loss = float(out.loss.detach())
                 if not math.isfinite(loss):
                     raise FloatingPointError(
@@ -175,6 +209,7 @@ def finetune_causal_lm(
                     "seed": seed,
                     "max_length": max_length,
                     "weight_decay": weight_decay,
+                    "precision": compute,
                     "epoch_losses": losses,
                     "seconds": round(time.perf_counter() - start, 2),
                 },

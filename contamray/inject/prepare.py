@@ -269,7 +269,7 @@ def _train(base_source: str, spec: InjectSpec, stream: Stream, seed: int, key: s
         start = time.perf_counter()
         finetune_causal_lm(
             base_path, [stream.text], tmp, epochs=spec.epochs, lr=spec.lr, batch_size=spec.batch_size,
-            seed=seed, max_length=spec.max_length, weight_decay=spec.weight_decay,
+            seed=seed, max_length=spec.max_length, weight_decay=spec.weight_decay, precision=spec.precision,
         )
         seconds = time.perf_counter() - start
         training = json.loads((tmp / FINETUNE_MANIFEST).read_text())

@@ -19,6 +19,8 @@ Written under a model in the run config (``models.<name>.inject``) as plain YAML
       lr: 1.0e-4
       batch_size: 8
       max_length: 256
+      precision: float32   # float32 | bfloat16 | auto (bfloat16 where the hardware computes in it; see
+                           #   contamray.inject.finetune: faster, but other weights than float32's)
 
 Why these knobs: they are the axes along which the detection literature says methods differ.
 Duplication count decides memorisation strength (Oren et al. 2023 inject at 1-100 copies); input-only
@@ -56,6 +58,7 @@ CONTENTS = ("input_and_label", "input_only")
 ORDERS = ("canonical", "shuffled")
 FORMATS = ("json", "text", "chat", "raw")
 CONTEXTS = ("none", "web_page")
+PRECISIONS = ("float32", "bfloat16", "auto")  # what a fine-tune computes in (contamray.inject.finetune)
 # fields serialised per content kind (Record attribute names)
 CONTENT_FIELDS = {"input_and_label": ("input", "label"), "input_only": ("input",)}
 
@@ -106,6 +109,7 @@ class InjectSpec:
     batch_size: int = 8
     max_length: int = 256
     weight_decay: float = 0.0
+    precision: str = "float32"
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised spec (every default filled in) as plain data: what the cache key hashes."""
@@ -225,6 +229,10 @@ def validate_inject_spec(spec: dict[str, Any], where: str, benchmark_keys: set[s
     _int(result.epochs, f"{where}.epochs", 1)
     _int(result.batch_size, f"{where}.batch_size", 1)
     _int(result.max_length, f"{where}.max_length", 16)
+    if result.precision not in PRECISIONS:
+        raise ValueError(
+            f"{where}.precision: unknown precision {result.precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
     for key in ("lr", "weight_decay"):
         value = getattr(result, key)
         low_ok = value > 0 if key == "lr" else value >= 0
