@@ -6,8 +6,8 @@ worker node (a child process of that node's raylet titled ``ray::FileMatchWorker
 (its raylet and every worker on it stop, as when a machine is lost). Until then the head node's CPUs are held by a
 placeholder actor, so the match actors start on the worker node whatever the machine's load (without it, the head's
 actor could finish the six files before the worker node's had started, and no task would run there); the
-placeholder goes with the node, and Ray restarts the lost actors on the head node and retries their tasks. The
-run must finish with the same
+placeholder is killed as the node is removed, and Ray restarts the lost actors on the head node and retries their
+tasks. The run must finish with the same
 ``examples.parquet`` (wall-clock aside) and ``partitions.parquet`` as an undisturbed run on the same cluster.
 """
 

@@ -69,6 +69,14 @@ def every_row_failed(n_rows: int, example: str | None = None) -> str:
     return f"every row failed ({n_rows} of {n_rows}; {where})"
 
 
+def decision_at(p_value: float | None, alpha: float, reason: str = "") -> str:
+    """A test's decision: inconclusive when it cannot decide (a ``reason``, or no p-value), else contaminated at
+    ``p_value <= alpha`` and clean above."""
+    if reason or p_value is None:
+        return "inconclusive"
+    return "contaminated" if p_value <= alpha else "clean"
+
+
 @dataclass
 class Verdict:
     """The partition-level answer of one method: was this partition in the training data?

@@ -120,6 +120,7 @@ from contamray.methods.base import (
     Request,
     Sampling,
     Verdict,
+    decision_at,
     register,
 )
 from contamray.methods.closed.cell_rows import output_map, row_failed, rows_of
@@ -420,10 +421,6 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _decide_by_p(p: float, alpha: float) -> str:
-    return "contaminated" if p <= alpha else "clean"
-
-
 def algorithm1(guided: Sequence[float], general: Sequence[float], cfg: Config, metric: str) -> dict[str, Any]:
     """Algorithm 1 on paired scores: the configured one-sided test of guided > general, its decision
     (``contaminated`` / ``clean`` / ``inconclusive`` when the test cannot reach alpha) and why."""
@@ -452,7 +449,7 @@ def algorithm1(guided: Sequence[float], general: Sequence[float], cfg: Config, m
             "(longer completions differ more often)"
         )
     else:
-        result["decision"] = _decide_by_p(float(result["p_value"]), cfg.alpha)
+        result["decision"] = decision_at(float(result["p_value"]), cfg.alpha)
     result["contaminated"] = result["decision"] == "contaminated"
     return result
 

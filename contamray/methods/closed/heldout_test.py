@@ -85,7 +85,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict
+from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict, decision_at
 from contamray.methods.closed.cell_rows import finite, missing, output_map, row_failed, rows_of, truthy
 from contamray.records import Record, benchmark_of
 from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
@@ -277,11 +277,11 @@ class HeldoutTest(Method):
         combined = self.combine(cfg, own + ref, results, reason_of)
         if combined is None:  # the declared score column decides
             reason, p_value, statistic = reason_of(score, cfg), main.get("p_value"), main.get("auc_vs_reference")
-            decision = _decide(p_value, cfg.alpha, reason)
+            decision = decision_at(p_value, cfg.alpha, reason)
             details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
         else:  # the method tests several columns at once (e.g. CDD's two prompt forms)
             p_value, statistic, reason, summary = combined
-            decision = _decide(p_value, cfg.alpha, reason)
+            decision = decision_at(p_value, cfg.alpha, reason)
             details.update(p_value=p_value, summary=f"{summary} -> {decision}" + (" (see reason)" if reason else ""))
         return Verdict(
             method=self.name,
@@ -520,9 +520,3 @@ def _member_auc(mine: list[tuple[dict, float]], others: list[tuple[dict, float]]
         "n_non_members": len(labels) - sum(labels),
     }
 
-
-def _decide(p_value: float | None, alpha: float, reason: str) -> str:
-    """Inconclusive when the test cannot decide (a reason, or no p-value), else contaminated at p <= alpha."""
-    if reason or p_value is None:
-        return "inconclusive"
-    return "contaminated" if p_value <= alpha else "clean"
