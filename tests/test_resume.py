@@ -37,7 +37,7 @@ GRID = [
     "+methods.guided_short={method: guided_prompting, max_tokens: 6, min_frac: 0.6}",
     "methods.guided_prompting.max_tokens=10",
     "corpus=none",
-    "run.limit=4",
+    "run.limit=2",
     "ray.request_batch_size=2",  # several batches per stage, for several replicas to share
 ]
 ONE = ["ray.num_cpus=2"]
