@@ -261,6 +261,17 @@ def test_limits_and_allow_lists(server) -> None:
         "models": [MODEL], "benchmarks": ["synthetic_facts"], "methods": ["perplexity"],
         "overrides": ["models.smollm2_135m_fp32.trust_remote_code=true"]})
     assert r.status_code == 422 and r.json()["error"] == "override_not_allowed"
+    # a check's overrides: a method's own parameters only, of a method the check names, with a plain value
+    for bad in ("models.smollm2_135m_fp32.source=/etc", "run.limit=3", "methods.min_k.k=0.1", "data.mirror_dir=/x"):
+        r = check({"model": MODEL, "methods": ["perplexity"], "items": one, "overrides": [bad]})
+        assert r.status_code == 422 and r.json()["error"] == "override_not_allowed", (bad, r.text)
+        assert "methods.*.n_samples" in r.json()["detail"]["allowed_keys"]
+    r = check({"model": MODEL, "methods": ["cdd"], "items": one, "overrides": ["methods.cdd.n_samples=${oc.env:HOME}"]})
+    assert r.status_code == 422 and "interpolation" in r.text
+    r = check({"model": MODEL, "methods": ["perplexity"], "items": one, "overrides": ["methods.perplexity.k=0.2"]})
+    assert r.status_code == 422 and r.json()["error"] == "invalid_config" and "methods.perplexity" in r.text, r.text
+    r = check({"model": MODEL, "methods": ["cdd"], "items": one, "overrides": ["methods.cdd.n_samples=0"]})
+    assert r.status_code == 422 and "n_samples" in r.text, r.text
     r = requests.get(f"{url}/v1/jobs/contamray-api-000000000000", headers=auth(), timeout=60)
     assert r.status_code == 404 and r.json()["error"] == "job_not_found"
 
@@ -318,19 +329,22 @@ def test_check_scores_equal_the_batch_pipeline(server, batch) -> None:
 @pytest.mark.slow
 def test_black_box_methods_answer_per_item_over_http(server, mirror_dir: Path) -> None:
     """TS-Guessing (both variants), DCQ and CDD on an ARC item, name cloze on an XSum passage: each item gets
-    its row, scored (the probe answered) or with the method's reason to leave it out; none fails. (One item
-    each: CDD's 50 samples of 100 tokens on a CPU replica are most of the test's time.)"""
+    its row, scored (the probe answered) or with the method's reason to leave it out; none fails. CDD asked
+    through the check's ``overrides`` for 10 samples of 24 tokens (the paper's 50 of 100 take minutes on a CPU
+    replica): the item's row says it was scored on 10."""
     from contamray.benchmarks import load_records
 
-    def check(benchmark: str, methods: list[str], items: list[dict]) -> list[dict]:
-        body = {"model": MODEL, "methods": methods, "benchmark": benchmark, "items": items}
+    def check(benchmark: str, methods: list[str], items: list[dict], overrides: tuple[str, ...] = ()) -> list[dict]:
+        body = {"model": MODEL, "methods": methods, "benchmark": benchmark, "items": items,
+                "overrides": list(overrides)}
         r = requests.post(f"{server['url']}/v1/check", json=body, headers=auth(), timeout=900)
         assert r.status_code == 200, r.text
         return r.json()["methods"]
 
     (arc,) = load_records("arc_challenge", n=1, mirror_dir=mirror_dir).records
     item = {"id": arc.id, "text": arc.input, "choices": list(arc.choices), "label": arc.label}  # label: the answer
-    entries = check("arc_challenge", ["ts_guessing", "ts_guessing_mc", "dcq", "cdd"], [item])
+    entries = check("arc_challenge", ["ts_guessing", "ts_guessing_mc", "dcq", "cdd"], [item],
+                    ("methods.cdd.n_samples=10", "methods.cdd.max_tokens=24"))
     (xsum,) = load_records("xsum", n=1, mirror_dir=mirror_dir).records
     entries += check("xsum", ["name_cloze"], [{"id": xsum.id, "text": xsum.input}])
     assert [e["method"] for e in entries] == ["ts_guessing", "ts_guessing_mc", "dcq", "cdd", "name_cloze"]
@@ -343,6 +357,8 @@ def test_black_box_methods_answer_per_item_over_http(server, mirror_dir: Path) -
         if not row.get("filtered"):
             assert 0.0 <= row[scored.get(entry["method"], "exact_match")] <= 1.0, (entry["method"], row)
         assert entry["verdict"]["decision"] == "inconclusive"  # one item, no reference partition
+    (cdd,) = [e["items"][0] for e in entries if e["method"] == "cdd"]
+    assert cdd["n_samples"] == 10 and cdd["greedy_tokens"] <= 24, cdd  # the check's overrides, not the paper's
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@
 Endpoints (OpenAPI at ``/docs``; every ``/v1`` route needs ``Authorization: Bearer <token>``):
 
 - ``POST /v1/check``: items + model + methods (+ the benchmark the items come from, + a reference
-  partition) -> per-item scores and each method's verdict (``serve/check.py``);
+  partition, + ``overrides`` of the methods' parameters, keys from ``allow.check_keys``) -> per-item scores
+  and each method's verdict (``serve/check.py``);
 - ``POST /v1/jobs``: a partition-level check as a Ray Job -> job id; ``GET /v1/jobs/{id}``: status,
   progress (cells done / total) and, when finished, the partitions table (``serve/jobs.py``);
 - ``GET /v1/methods``: the allow-listed methods with parameters, defaults and citations, and the models;
@@ -71,6 +72,9 @@ class CheckIn(BaseModel):
     benchmark: str | None = Field(None, description="the benchmark the items come from: a reference of the same "
                                   "benchmark is then a held-out comparison, else a distribution comparison")
     reference: ReferenceIn | None = Field(None, description="the partition the items are tested against")
+    overrides: list[str] = Field(default_factory=list, max_length=16,
+                                 description="key=value of a method's parameters, keys from allow.check_keys "
+                                             "(e.g. methods.cdd.n_samples=10)")
 
 
 class JobIn(BaseModel):
@@ -189,7 +193,8 @@ class ContamrayAPI:
                                       r.sample)
         items = [Item(text=i.text, label=i.label, reference=i.reference, choices=tuple(i.choices), answer=i.answer,
                       id=i.id) for i in body.items]
-        result = self.checker.check(body.model, body.methods, items, body.benchmark, reference)
+        result = self.checker.check(body.model, body.methods, items, body.benchmark, reference,
+                                    tuple(body.overrides))
         return result.to_json()
 
     @fastapi_app.post("/v1/jobs", status_code=202)

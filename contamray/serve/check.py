@@ -144,22 +144,32 @@ class Checker:
             if reference.sample not in ("random", "first"):
                 raise ApiError(422, "invalid_reference", "reference.sample: choose random or first")
 
-    def plan(self, model: str, methods: Sequence[str], benchmark: str | None, reference: ReferenceSpec | None) -> Any:
-        """The validated plan of a check (cached): the model's pool, the methods, the reference benchmark."""
-        key = (model, tuple(methods), benchmark, reference)
+    def checked_overrides(self, model: str, methods: Sequence[str], overrides: Sequence[str]) -> tuple[str, ...]:
+        """A check's ``key=value`` overrides, checked as a job's are against ``allow.check_keys`` (``*``: one
+        of the check's methods): 422 naming the key and the keys allowed, or a value that is not plain."""
+        from contamray.serve.jobs import JobSpec, checked_overrides
+
+        spec = JobSpec((model,), (), tuple(methods))
+        return tuple(checked_overrides(tuple(overrides), spec, self.settings, self.settings.allow.check_keys))
+
+    def plan(self, model: str, methods: Sequence[str], benchmark: str | None, reference: ReferenceSpec | None,
+             overrides: tuple[str, ...] = ()) -> Any:
+        """The validated plan of a check (cached): the model's pool, the methods (with the check's ``overrides``
+        of their parameters), the reference benchmark."""
+        key = (model, tuple(methods), benchmark, reference, overrides)
         with self._lock:
             if key in self._plans:
                 self._plans.move_to_end(key)
                 return self._plans[key]
         bench = reference.benchmark if reference else (benchmark or self.settings.allow.benchmarks[0])
-        overrides = ["+exp=base", f"model=[{model}]", f"benchmark=[{bench}]", f"method=[{','.join(methods)}]"]
+        args = ["+exp=base", f"model=[{model}]", f"benchmark=[{bench}]", f"method=[{','.join(methods)}]"]
         if self.settings.mirror_dir:
-            overrides.append(f"data.mirror_dir={self.settings.mirror_dir}")
+            args.append(f"data.mirror_dir={self.settings.mirror_dir}")
         if reference is not None:
-            overrides += [f"run.limit={reference.rows}", f"run.sample={reference.sample}"]
-            overrides += [f"benchmarks.{bench}.{k}={v}" for k, v in
-                          (("config", reference.config), ("split", reference.split)) if v is not None]
-        plan = compose_plan(overrides)
+            args += [f"run.limit={reference.rows}", f"run.sample={reference.sample}"]
+            args += [f"benchmarks.{bench}.{k}={v}" for k, v in
+                     (("config", reference.config), ("split", reference.split)) if v is not None]
+        plan = compose_plan(args + list(overrides))
         with self._lock:
             self._plans[key] = plan
             while len(self._plans) > PLAN_CACHE:
@@ -168,11 +178,11 @@ class Checker:
 
     # -- the check -----------------------------------------------------------------------------
     def check(self, model: str, methods: Sequence[str], items: Sequence[Item], benchmark: str | None = None,
-              reference: ReferenceSpec | None = None) -> CheckResult:
+              reference: ReferenceSpec | None = None, overrides: Sequence[str] = ()) -> CheckResult:
         from contamray.benchmarks import get_adapter
 
         self.check_names(model, methods, benchmark, reference)
-        plan = self.plan(model, methods, benchmark, reference)
+        plan = self.plan(model, methods, benchmark, reference, self.checked_overrides(model, methods, overrides))
         adapter = plan.benchmarks[benchmark].adapter if benchmark and benchmark in plan.benchmarks else None
         if benchmark and adapter is None:
             adapter = _conf_adapter(benchmark)

@@ -73,16 +73,19 @@ def job_overrides(spec: JobSpec, settings: ServerSettings) -> list[str]:
     return out + [_checked_override(o, spec, settings) for o in spec.overrides]
 
 
-def _checked_override(override: str, spec: JobSpec, settings: ServerSettings) -> str:
+def _checked_override(override: str, spec: JobSpec, settings: ServerSettings,
+                      patterns: tuple[str, ...] | None = None) -> str:
+    """``override`` as ``key=value`` if its key matches ``patterns`` (default ``allow.job_keys``) and its value
+    is plain; else ApiError 422 naming the key and the keys allowed."""
     key, sep, value = override.partition("=")
     key, value = key.strip(), value.strip()
-    patterns = settings.allow.job_keys
+    patterns = settings.allow.job_keys if patterns is None else patterns
     if not sep or key.startswith(("+", "~")):
         raise ApiError(422, "invalid_override", f"override {override!r}: write key=value with a key of "
                        f"{', '.join(patterns)} (adding or deleting keys with +/~ is not allowed)")
     if not any(_key_matches(key, p, spec) for p in patterns):
         raise ApiError(422, "override_not_allowed", {
-            "message": f"override key {key!r} is not allowed here ('*' = one of this job's methods or benchmarks)",
+            "message": f"override key {key!r} is not allowed here ('*' = one of the methods or benchmarks named)",
             "allowed_keys": list(patterns)})
     if "$" in value or not PLAIN_VALUE.match(value):
         raise ApiError(422, "invalid_override", f"override {key}: value {value!r} must be plain names and numbers "
@@ -100,6 +103,12 @@ def _checked_override(override: str, spec: JobSpec, settings: ServerSettings) ->
         raise ApiError(422, "invalid_override", f"override {key}: give a whole number <= "
                        f"{settings.limits.max_job_limit} (limits.max_job_limit)")
     return f"{key}={value}"
+
+
+def checked_overrides(overrides: tuple[str, ...], spec: JobSpec, settings: ServerSettings,
+                      patterns: tuple[str, ...]) -> list[str]:
+    """``overrides`` checked as a job's are, against ``patterns`` (an on-demand check's ``allow.check_keys``)."""
+    return [_checked_override(o, spec, settings, patterns) for o in overrides]
 
 
 def _key_matches(key: str, pattern: str, spec: JobSpec) -> bool:
