@@ -7,7 +7,8 @@ Endpoints (OpenAPI at ``/docs``; every ``/v1`` route needs ``Authorization: Bear
   and each method's verdict (``serve/check.py``);
 - ``POST /v1/jobs``: a partition-level check as a Ray Job -> job id; ``GET /v1/jobs/{id}``: status,
   progress (cells done / total) and, when finished, the partitions table (``serve/jobs.py``);
-- ``GET /v1/methods``: the allow-listed methods with parameters, defaults and citations, and the models;
+- ``GET /v1/methods``: the allow-listed methods with parameters, defaults and citations, the models, and the
+  override keys a check and a job may set;
   ``GET /v1/benchmarks``: the allow-listed benchmarks; ``GET /healthz``: liveness (no token).
 
 ``build_app(settings)`` checks the tokens (``serve/security.py``: the server refuses to start without one
@@ -164,7 +165,10 @@ class ContamrayAPI:
 
         if self._methods is None:
             self._methods = [method_entry(m) for m in self.settings.allow.methods]
-        return {"methods": self._methods, "models": list(self.settings.allow.models)}
+        allow = self.settings.allow
+        # the override keys a check (``overrides``) and a job may set: ``*`` = one of the methods or benchmarks named
+        return {"methods": self._methods, "models": list(allow.models), "check_keys": list(allow.check_keys),
+                "job_keys": list(allow.job_keys)}
 
     @fastapi_app.get("/v1/benchmarks")
     def benchmarks(self) -> dict[str, Any]:
