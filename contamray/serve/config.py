@@ -32,7 +32,7 @@ class Allow:
     methods: tuple[str, ...]
     experiments: tuple[str, ...]
     job_keys: tuple[str, ...]
-    check_keys: tuple[str, ...] = ()
+    check_keys: tuple[str, ...]
 
 
 @dataclass(frozen=True)

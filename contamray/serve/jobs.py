@@ -70,16 +70,19 @@ def job_overrides(spec: JobSpec, settings: ServerSettings) -> list[str]:
            f"method=[{','.join(spec.methods)}]"]
     if settings.mirror_dir:
         out.append(f"data.mirror_dir={settings.mirror_dir}")
-    return out + [_checked_override(o, spec, settings) for o in spec.overrides]
+    return out + checked_overrides(spec.overrides, spec, settings, allow.job_keys)
 
 
-def _checked_override(override: str, spec: JobSpec, settings: ServerSettings,
-                      patterns: tuple[str, ...] | None = None) -> str:
-    """``override`` as ``key=value`` if its key matches ``patterns`` (default ``allow.job_keys``) and its value
-    is plain; else ApiError 422 naming the key and the keys allowed."""
+def checked_overrides(overrides: tuple[str, ...], spec: JobSpec, settings: ServerSettings,
+                      patterns: tuple[str, ...]) -> list[str]:
+    """``overrides`` whose keys match ``patterns`` (a job's ``allow.job_keys``, an on-demand check's
+    ``allow.check_keys``) with plain values, as ``key=value``; else ApiError 422 naming the key."""
+    return [_checked_override(o, spec, settings, patterns) for o in overrides]
+
+
+def _checked_override(override: str, spec: JobSpec, settings: ServerSettings, patterns: tuple[str, ...]) -> str:
     key, sep, value = override.partition("=")
     key, value = key.strip(), value.strip()
-    patterns = settings.allow.job_keys if patterns is None else patterns
     if not sep or key.startswith(("+", "~")):
         raise ApiError(422, "invalid_override", f"override {override!r}: write key=value with a key of "
                        f"{', '.join(patterns)} (adding or deleting keys with +/~ is not allowed)")
@@ -103,12 +106,6 @@ def _checked_override(override: str, spec: JobSpec, settings: ServerSettings,
         raise ApiError(422, "invalid_override", f"override {key}: give a whole number <= "
                        f"{settings.limits.max_job_limit} (limits.max_job_limit)")
     return f"{key}={value}"
-
-
-def checked_overrides(overrides: tuple[str, ...], spec: JobSpec, settings: ServerSettings,
-                      patterns: tuple[str, ...]) -> list[str]:
-    """``overrides`` checked as a job's are, against ``patterns`` (an on-demand check's ``allow.check_keys``)."""
-    return [_checked_override(o, spec, settings, patterns) for o in overrides]
 
 
 def _key_matches(key: str, pattern: str, spec: JobSpec) -> bool:
