@@ -284,9 +284,15 @@ def test_a_corrupt_checkpoint_names_the_key_and_the_fix(tmp_path: Path):
 def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_models_cells_are_kept(
     tmp_path: Path, mirror_dir: Path
 ):
-    """Two models in one run, one of them a corrupt checkpoint: its Serve deployment fails, the run stops
-    with an error naming the model key and the fix, and the cells of the model that loaded are finished
-    (stored with their verdicts): the re-run after the fix reuses them."""
+    """Two models in one run, one of them a checkpoint that cannot be loaded: its Serve deployment fails, the
+    run stops with an error naming the model key and the fix, and the cells of the model that loaded are
+    finished (stored with their verdicts): the re-run after the fix reuses them. The broken checkpoint is a
+    whole safetensors file whose tensor does not fit the model's config (the plan reads headers and sizes, so a
+    file cut short or not safetensors at all is refused before any work: ``test_checkpoint_files.py``); only
+    loading it can tell."""
+    import torch
+    from safetensors.torch import save_file
+
     from contamray.engines import resolve_model_path
 
     bad = tmp_path / "broken-model"
@@ -294,7 +300,7 @@ def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_mod
     source = Path(resolve_model_path("smollm2-135m"))
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (bad / name).write_bytes((source / name).read_bytes())
-    (bad / "model.safetensors").write_bytes(b"\x00not a checkpoint" * 64)
+    save_file({"model.embed_tokens.weight": torch.zeros(10, 576)}, str(bad / "model.safetensors"))  # 10 rows of 49,152
     out = tmp_path / "run"
     args = ["+exp=base", "model=[smollm2_135m,smollm2_135m_fp32]", f"models.smollm2_135m.source={bad}",
             "benchmark=[synthetic_facts]", "method=[perplexity]", "corpus=none", "run.limit=6", "ray.num_cpus=3",

@@ -290,12 +290,13 @@ def test_a_local_checkpoint_trained_again_in_place_is_another_model(tmp_path: Pa
     import json
 
     from contamray.serve.hosting import app_name
+    from tests.test_checkpoint_files import write_weights
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
     (ckpt / "tokenizer.json").write_text("{}")
-    (ckpt / "model.safetensors").write_bytes(b"first weights")
+    write_weights(ckpt, seed=1)
     run = ["+exp=base", "benchmark=[arc_challenge]", "method=[min_k]", "corpus=none"]
 
     def hashes(target: str):
@@ -305,7 +306,7 @@ def test_a_local_checkpoint_trained_again_in_place_is_another_model(tmp_path: Pa
 
     first, first_embedded = hashes(str(ckpt)), hashes("smollm2-135m")
     assert hashes(str(ckpt)) == first  # unchanged files: the same cells, the same application
-    (ckpt / "model.safetensors").write_bytes(b"weights trained again")
+    write_weights(ckpt, rows=65, seed=2)  # trained again: other weights (a size of its own, whatever the clock)
     again, again_embedded = hashes(str(ckpt)), hashes("smollm2-135m")
     assert again[1] != first[1] and not set(again[0].values()) & set(first[0].values())
     # the checkpoint as the reference model only: the ratio's cell changes, the embedded target's own cells do not

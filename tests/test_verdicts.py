@@ -10,6 +10,7 @@ import pytest
 
 from contamray.methods.base import Verdict, get_method
 from contamray.pipeline.plan import ConfigError
+from tests.test_checkpoint_files import write_weights
 from tests.test_config import plan_of
 
 
@@ -63,6 +64,7 @@ def test_a_window_longer_than_the_context_a_checkpoint_declares_is_refused(tmp_p
     scored by a 1024-token model, so the plan says so before the run instead of every row failing in it."""
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_positions": 1024}')
     (tmp_path / "tokenizer.json").write_text("{}")  # a checkpoint with its tokenizer (tests/test_tokenizer.py)
+    write_weights(tmp_path)  # and its weights (tests/test_checkpoint_files.py)
     model = f"models.smollm2_135m.source={tmp_path}"
     with pytest.raises(ConfigError, match=r"methods.min_k.context_len: 2048 .* context of 1024 tokens .* <= 1024"):
         plan_of("method=[min_k]", model)

@@ -561,9 +561,14 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
     _check_share_prefixes(where, spec)
     if spec["backend"] != "http":
         from contamray.engines.adapters import check_adapter
+        from contamray.engines.checkpoint_files import check_weight_files
+        from contamray.engines.models import local_checkpoint
 
         try:  # a PEFT adapter directory: its base must be nameable here and peft installed (engines/adapters.py)
             check_adapter(str(spec["source"]), f"{where}.source")
+            checkpoint = local_checkpoint(str(spec["source"]))
+            if checkpoint is not None:  # weights present and not cut short, read before any model is loaded
+                check_weight_files(checkpoint, where)
         except ValueError as err:
             raise ConfigError(str(err)) from None
     tensor_parallel = int(spec.get("tensor_parallel_size", 1) or 1)
