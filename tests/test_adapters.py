@@ -22,6 +22,7 @@ from contamray.engines import EngineSpec, build_engine, resolve_model_path
 from contamray.engines.models import checkpoint_digest, declared_context
 from contamray.experiments import CONF_DIR
 from contamray.pipeline.plan import ConfigError, build_plan
+from tests.test_checkpoint_files import write_weights
 
 pytestmark = pytest.mark.slow
 
@@ -243,6 +244,7 @@ def test_one_classification_of_sources_and_an_adapter_base_is_any_source_the_eng
     checkpoint.mkdir()
     plain.mkdir()
     (checkpoint / "config.json").write_text("{}")
+    base_weights = write_weights(checkpoint)
     kinds = {"smollm2-135m": "embedded", "SmolLM2-135M": "embedded", "s3://bucket/run/ckpt": "uri",
              str(checkpoint): "checkpoint", str(plain): "directory", "org/name": "hub", "./missing/x": "unknown",
              "": "unknown", str(adapter_named("lora", str(checkpoint))): "adapter"}  # fmt: skip
@@ -258,3 +260,14 @@ def test_one_classification_of_sources_and_an_adapter_base_is_any_source_the_eng
     adapter_named("second", str(first))
     with pytest.raises(ValueError, match="comes back to it"):
         check_adapter(str(first), "models.m.source")
+    # the adapter's own safetensors and a local base's weights are read as a checkpoint's are (checkpoint_files)
+    cut = adapter_named("cut", str(checkpoint))
+    check_adapter(str(cut), "models.m.source")
+    adapter_weights = write_weights(cut, "adapter_model.safetensors")
+    adapter_weights.write_bytes(adapter_weights.read_bytes()[:-8])
+    with pytest.raises(ValueError, match=r"^models\.m\.source: .*adapter_model\.safetensors' is cut short"):
+        check_adapter(str(cut), "models.m.source")
+    adapter_weights.unlink()
+    base_weights.write_bytes(base_weights.read_bytes()[:-8])
+    with pytest.raises(ValueError, match=r"^models\.m\.source \(the base of .*cut'\): .*model\.safetensors' is cut"):
+        check_adapter(str(cut), "models.m.source")

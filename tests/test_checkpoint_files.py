@@ -17,7 +17,7 @@ from contamray.engines.checkpoint_files import check_weight_files
 from contamray.pipeline.plan import ConfigError
 from tests.test_config import plan_of
 
-WHERE = "models.m"
+KEY = "models.m.source"
 
 
 def write_weights(path: Path, name: str = "model.safetensors", rows: int = 64, seed: int = 0) -> Path:
@@ -38,16 +38,16 @@ def checkpoint(tmp_path: Path, name: str = "ckpt") -> Path:
 
 def refused(path: Path) -> str:
     with pytest.raises(ValueError) as err:
-        check_weight_files(path, WHERE)
+        check_weight_files(path, KEY)
     message = str(err.value)
-    assert message.startswith(f"{WHERE}.source: "), message
+    assert message.startswith(f"{KEY}: "), message
     return message
 
 
 def test_whole_files_pass_and_a_file_cut_short_is_named_with_its_sizes(tmp_path: Path):
     path = checkpoint(tmp_path)
     weights = write_weights(path)
-    check_weight_files(path, WHERE)  # as the library wrote it
+    check_weight_files(path, KEY)  # as the library wrote it
     whole = weights.read_bytes()
     weights.write_bytes(whole[:-100])  # a download that stopped 100 bytes early
     message = refused(path)
@@ -73,7 +73,7 @@ def test_a_folder_without_weights_and_a_shard_index_naming_a_missing_shard(tmp_p
         write_weights(path, f"model-0000{i}-of-00003.safetensors", seed=i)
     index = {"metadata": {}, "weight_map": {f"t{i}": f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)}}
     (path / "model.safetensors.index.json").write_text(json.dumps(index))
-    check_weight_files(path, WHERE)
+    check_weight_files(path, KEY)
     (path / "model-00002-of-00003.safetensors").unlink()
     message = refused(path)
     assert "model.safetensors.index.json lists 3 shard(s), and 1 are not in" in message
@@ -86,12 +86,12 @@ def test_a_torch_zip_cut_short_is_refused_and_a_legacy_pickle_left_to_the_loader
     path = checkpoint(tmp_path)
     weights = path / "pytorch_model.bin"
     torch.save({"a": torch.zeros(256, 8)}, str(weights))
-    check_weight_files(path, WHERE)
+    check_weight_files(path, KEY)
     whole = weights.read_bytes()
     weights.write_bytes(whole[: len(whole) // 2])
     assert "torch zip archive whose directory cannot be read" in refused(path)
     weights.write_bytes(b"\x80\x02legacy pickle bytes")  # not a zip: not read here (it would mean unpickling)
-    check_weight_files(path, WHERE)
+    check_weight_files(path, KEY)
 
 
 def test_the_plan_refuses_a_cut_checkpoint_before_any_work(tmp_path: Path):

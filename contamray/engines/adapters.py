@@ -80,16 +80,22 @@ def adapter_base(path: Path, where: str) -> str:
 
 
 def check_adapter(source: str, where: str, _seen: frozenset[Path] = frozenset()) -> None:
-    """What a plan checks of an adapter source before any work: peft is installed and the base is a model source
-    ``models.resolve_model_path`` takes (``models.source_kind``: an embedded name, a local checkpoint, a published
+    """What a plan checks of an adapter source before any work: peft is installed, the adapter's safetensors
+    files are whole (``checkpoint_files``), and the base is a model source ``models.resolve_model_path`` takes
+    (``models.source_kind``: an embedded name, a local checkpoint - its weight files checked too -, a published
     URI, a hub id, or another adapter, checked the same way; a chain that comes back to itself is refused)."""
+    from contamray.engines.checkpoint_files import check_safetensors, check_weight_files
     from contamray.engines.models import source_kind
 
     path = adapter_dir(source)
     if path is None:
         return
+    for file in sorted(path.glob("*.safetensors")):
+        check_safetensors(file, where)
     base = adapter_base(path, where)
     kind = source_kind(base)
+    if kind == "checkpoint":
+        check_weight_files(Path(base).expanduser(), f"{where} (the base of {str(path)!r})")
     if kind in ("directory", "unknown"):
         raise ValueError(
             f"{where}: the PEFT adapter at {str(path)!r} was trained on {base!r} ({ADAPTER_CONFIG}: "

@@ -35,11 +35,10 @@ TRAINING_STATE = frozenset({"training_args.bin", "optimizer.pt", "scheduler.pt",
 FIX = "copy or download the checkpoint again (or save it again with save_pretrained)"
 
 
-def check_weight_files(path: Path, where: str) -> None:
-    """Raise ``ValueError`` naming ``<where>.source``, the file, the problem and the fix when the checkpoint
-    directory ``path`` has no weights, an index naming a missing shard, or a weight file that is cut short or
-    is not what its name says."""
-    key = f"{where}.source"
+def check_weight_files(path: Path, key: str) -> None:
+    """Raise ``ValueError`` naming the config ``key`` (``models.<name>.source``), the file, the problem and the
+    fix when the checkpoint directory ``path`` has no weights, an index naming a missing shard, or a weight file
+    that is cut short or is not what its name says."""
     weights = sorted(
         {p for pattern in WEIGHT_PATTERNS for p in path.glob(pattern) if p.is_file() and p.name not in TRAINING_STATE}
     )
@@ -53,7 +52,7 @@ def check_weight_files(path: Path, where: str) -> None:
         if file.name.endswith(".index.json"):
             _check_index(file, key)
         elif file.suffix == ".safetensors":
-            _check_safetensors(file, key)
+            check_safetensors(file, key)
         elif file.suffix == ".bin" and file.name.startswith("pytorch_model"):
             _check_torch_zip(file, key)
 
@@ -72,7 +71,8 @@ def _check_index(file: Path, key: str) -> None:
         )
 
 
-def _check_safetensors(file: Path, key: str) -> None:
+def check_safetensors(file: Path, key: str) -> None:
+    """``file``'s safetensors header readable and its size the header's (8 + length + the last tensor's end)."""
     size = file.stat().st_size
     with file.open("rb") as f:
         head = f.read(8)

@@ -568,7 +568,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
             check_adapter(str(spec["source"]), f"{where}.source")
             checkpoint = local_checkpoint(str(spec["source"]))
             if checkpoint is not None:  # weights present and not cut short, read before any model is loaded
-                check_weight_files(checkpoint, where)
+                check_weight_files(checkpoint, f"{where}.source")
         except ValueError as err:
             raise ConfigError(str(err)) from None
     tensor_parallel = int(spec.get("tensor_parallel_size", 1) or 1)
