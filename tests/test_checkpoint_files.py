@@ -103,3 +103,26 @@ def test_the_plan_refuses_a_cut_checkpoint_before_any_work(tmp_path: Path):
     weights.write_bytes(weights.read_bytes()[:-1])
     with pytest.raises(ConfigError, match=r"^models\.smollm2_135m\.source: .*model\.safetensors' is cut short"):
         plan_of(*run)
+
+
+def test_a_source_that_names_no_model_is_refused_before_any_work_and_on_a_cluster_a_missing_path_is_warned(
+    tmp_path: Path,
+):
+    """A mistyped path, a folder that is no checkpoint, a bare name neither embedded nor ``org/name``: the engine would
+    refuse each only in its replica, 3 constructor tries into the run. On a cluster a path the driver's node lacks
+    may be mounted on the model's nodes: a warning there, naming the key."""
+    run = ["+exp=base", "benchmark=[gsm8k]", "method=[perplexity]", "corpus=none"]
+    missing, plain = tmp_path / "typo", tmp_path / "plain"
+    plain.mkdir()
+    for source, words in ((missing, "unknown model source"), (plain, "has no config.json"), ("gpt2", "org/name")):
+        with pytest.raises(ConfigError, match=rf"^models\.smollm2_135m\.source: .*{words}"):
+            plan_of(*run, f"models.smollm2_135m.source={source}", "ray.address=null")
+    with pytest.raises(ConfigError, match=r"^reference_model\.source: unknown model source"):
+        plan_of(*run, f"+reference_model={{source: {missing}}}", "ray.address=null")
+    on_cluster = plan_of(*run, f"models.smollm2_135m.source={missing}", "ray.address=auto")  # planned: no Ray started
+    assert [w for w in on_cluster.warnings if w.startswith("models.smollm2_135m.source: ")] == [
+        f"models.smollm2_135m.source: {str(missing)!r} is not a model directory on this node (the driver's); each "
+        "node that hosts the model must have it there (a shared path), or its replica will fail to start"
+    ]
+    with pytest.raises(ConfigError, match="unknown model source 'gpt2'"):  # no node could take it
+        plan_of(*run, "models.smollm2_135m.source=gpt2", "ray.address=auto")

@@ -282,6 +282,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         ray=dict(c.get("ray") or {}),
         serve=dict(c.get("serve") or {}),
     )
+    _check_model_sources(plan)
     read_by = plan.ray.get("corpus_read") or "actors"
     if read_by not in ("actors", "tasks"):
         raise ConfigError(f"ray.corpus_read: {read_by!r} is not one of actors (each match actor reads whole files), "
@@ -513,6 +514,34 @@ def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
             f"{where}: the judge (source {source!r}) is the target model {', '.join(same)}; "
             f"set judge to another model, or {where}.self_judge=true to allow self-judging explicitly"
         )
+
+
+def _check_model_sources(plan: Plan) -> None:
+    """A model source that names no model (a mistyped path, a directory without ``config.json``, a bare name that
+    is neither embedded nor ``org/name``) stops the plan naming the key, as the engine would only in a replica, 3
+    constructor tries later. On a cluster (``ray.address`` set) a path this node does not have may be one the
+    model's nodes have (a mount of their own): a warning, not an error."""
+    from contamray.engines.models import resolve_model_path, source_kind
+
+    roles = [(f"models.{name}", model) for name, model in plan.models.items()]
+    for key, role in (("judge", plan.judge), ("reference_model", plan.reference_model)):
+        roles += [(key, role)] if role else []
+    for where, model in roles:
+        source = str(model.engine.get("source", ""))
+        kind = source_kind(source)
+        if model.backend == "http" or kind not in ("directory", "unknown"):
+            continue
+        path_like = source.strip().startswith(("/", ".", "~")) or "/" in source
+        if plan.ray.get("address") and path_like:
+            plan.warnings.append(
+                f"{where}.source: {source!r} is not a model directory on this node (the driver's); each node that "
+                "hosts the model must have it there (a shared path), or its replica will fail to start"
+            )
+            continue
+        try:
+            resolve_model_path(source, f"{where}.source")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:
