@@ -3,7 +3,7 @@
 The commonest broken checkpoint is a download or copy cut short. Loaded, it fails only inside a Serve replica,
 after Ray, Serve and the engine have started - and Serve tries a replica's constructor 3 times before it gives
 up, each a start of the engine (minutes for a large model on vLLM). The plan reads what it can without loading a
-weight (``check_weight_files``), so the run stops in its first second, naming the file, what is wrong and the fix:
+weight (``check_weight_files``), so the run stops before Ray starts, naming the file, what is wrong and the fix:
 
 - a checkpoint directory (``config.json``) with no weight file at all (``model.safetensors``, shards and their
   index, ``pytorch_model.bin``, ``*.pt``/``*.pth``, ``*.gguf``);
