@@ -246,8 +246,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     c = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(c, dict)
     engine_override = (c.get("engine") or {}).get("backend")
+    # a source path the driver lacks may be on the model's nodes when the run joins a cluster (_check_source)
+    sources = _Sources(on_cluster=bool((c.get("ray") or {}).get("address")))
     models = {
-        name: _model_plan(f"models.{name}", name, spec, engine_override)
+        name: _model_plan(f"models.{name}", name, spec, engine_override, sources)
         for name, spec in (c.get("models") or {}).items()
     }
     benchmarks = {
@@ -265,10 +267,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     _check_report(c.get("report") or {})
     corpus = dict(c.get("corpus") or {"kind": "none"})
     judge_spec = c.get("judge")
-    judge = _model_plan("judge", "judge", judge_spec, engine_override) if judge_spec else None
+    judge = _model_plan("judge", "judge", judge_spec, engine_override, sources) if judge_spec else None
     ref_spec = c.get("reference_model")
     reference = (
-        _model_plan("reference_model", "reference_model", ref_spec, engine_override) if ref_spec else None
+        _model_plan("reference_model", "reference_model", ref_spec, engine_override, sources) if ref_spec else None
     )
     plan = Plan(
         models=models,
@@ -282,7 +284,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         ray=dict(c.get("ray") or {}),
         serve=dict(c.get("serve") or {}),
     )
-    _check_model_sources(plan)
+    plan.warnings += sources.warnings
     read_by = plan.ray.get("corpus_read") or "actors"
     if read_by not in ("actors", "tasks"):
         raise ConfigError(f"ray.corpus_read: {read_by!r} is not one of actors (each match actor reads whole files), "
@@ -516,35 +518,47 @@ def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
         )
 
 
-def _check_model_sources(plan: Plan) -> None:
-    """A model source that names no model (a mistyped path, a directory without ``config.json``, a bare name that
-    is neither embedded nor ``org/name``) stops the plan naming the key, as the engine would only in a replica, 3
-    constructor tries later. On a cluster (``ray.address`` set) a path this node does not have may be one the
-    model's nodes have (a mount of their own): a warning, not an error."""
-    from contamray.engines.models import resolve_model_path, source_kind
+@dataclass
+class _Sources:
+    """What checking the model sources of one plan needs beyond each spec: whether the run joins a cluster, and
+    the warnings it gives."""
 
-    roles = [(f"models.{name}", model) for name, model in plan.models.items()]
-    for key, role in (("judge", plan.judge), ("reference_model", plan.reference_model)):
-        roles += [(key, role)] if role else []
-    for where, model in roles:
-        source = str(model.engine.get("source", ""))
-        kind = source_kind(source)
-        if model.backend == "http" or kind not in ("directory", "unknown"):
-            continue
-        path_like = source.strip().startswith(("/", ".", "~")) or "/" in source
-        if plan.ray.get("address") and path_like:
-            plan.warnings.append(
-                f"{where}.source: {source!r} is not a model directory on this node (the driver's); each node that "
-                "hosts the model must have it there (a shared path), or its replica will fail to start"
-            )
-            continue
-        try:
-            resolve_model_path(source, f"{where}.source")
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+    on_cluster: bool
+    warnings: list[str] = field(default_factory=list)
 
 
-def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -> ModelPlan:
+def _check_source(where: str, source: str, sources: _Sources) -> None:
+    """``<where>.source`` names a model this plan can load, checked before any work (the engine would find out only
+    in a Serve replica, 3 constructor tries into the run): not a mistyped path, a directory without
+    ``config.json`` or a bare name neither embedded nor ``org/name`` (the engine's own message); a PEFT adapter's
+    base nameable and peft installed (``engines/adapters.py``); a local checkpoint's weight files present and not
+    cut short (``engines/checkpoint_files.py``). On a cluster a path this node does not have may be one the model's
+    nodes have (a mount of their own): a warning, not an error."""
+    from contamray.engines.adapters import check_adapter
+    from contamray.engines.checkpoint_files import check_weight_files
+    from contamray.engines.models import local_checkpoint, resolve_model_path, source_kind
+
+    key = f"{where}.source"
+    kind = source_kind(source)
+    try:
+        if kind in ("directory", "unknown"):
+            path_like = source.strip().startswith(("/", ".", "~")) or "/" in source
+            if sources.on_cluster and path_like:
+                sources.warnings.append(
+                    f"{key}: {source!r} is not a model directory on this node (the driver's); each node that hosts "
+                    "the model must have it there (a shared path), or its replica will fail to start"
+                )
+                return
+            resolve_model_path(source, key)  # raises for these kinds, saying what a source may be
+        check_adapter(source, key)
+        checkpoint = local_checkpoint(source)
+        if checkpoint is not None:
+            check_weight_files(checkpoint, key)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _model_plan(where: str, name: str, spec: Any, engine_override: str | None, sources: _Sources) -> ModelPlan:
     from contamray.engines import EngineSpec, check_http
     from contamray.engines.models import checkpoint_digest
 
@@ -589,17 +603,7 @@ def _model_plan(where: str, name: str, spec: Any, engine_override: str | None) -
     _check_tokenizer(where, spec, inject)
     _check_share_prefixes(where, spec)
     if spec["backend"] != "http":
-        from contamray.engines.adapters import check_adapter
-        from contamray.engines.checkpoint_files import check_weight_files
-        from contamray.engines.models import local_checkpoint
-
-        try:  # a PEFT adapter directory: its base must be nameable here and peft installed (engines/adapters.py)
-            check_adapter(str(spec["source"]), f"{where}.source")
-            checkpoint = local_checkpoint(str(spec["source"]))
-            if checkpoint is not None:  # weights present and not cut short, read before any model is loaded
-                check_weight_files(checkpoint, f"{where}.source")
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        _check_source(where, str(spec["source"]), sources)
     tensor_parallel = int(spec.get("tensor_parallel_size", 1) or 1)
     if spec["backend"] == "vllm" and num_gpus > 0 and tensor_parallel > num_gpus:
         raise ConfigError(
