@@ -115,6 +115,43 @@ def test_a_slice_of_one_declared_topic_is_inconclusive():
     assert "sampling units" in verdict.reason
 
 
+def test_one_topic_against_a_held_out_of_the_same_topic_is_tested_in_blocks():
+    """A slice of one subject against rows of the same subject (README: "test one subject against a held-out of the
+    same subject"): the topic is shared by every row, so it makes no unit and the sides are blocks of consecutive
+    rows - 6 against 6 at 40 rows, where the subject as one unit gave 1 against 1 and no test. Known answers: a
+    shifted partition is flagged; clean pairs of clustered runs (the dependence left inside a subject) hold the
+    level; a topic shared by only some rows, or under ``units: declared``, still makes units."""
+    astronomy = ["subject=astronomy"] * 40
+    units = paired_units([(list(range(172, 212)), astronomy, False), (list(range(212, 252)), astronomy, False)],
+                         "auto", 5)  # fmt: skip
+    assert [len(u.units) for u in units] == [6, 6]
+    assert units[0].how.startswith("blocks of >= 6") and "subject=astronomy on every row" in units[0].how
+    mixed = paired_units([(list(range(40)), ["subject=a"] * 20 + ["subject=b"] * 20, False),
+                          (list(range(40, 80)), ["subject=b"] * 40, False)], "auto", 5)  # fmt: skip
+    assert [len(u.units) for u in mixed] == [2, 1]  # topic runs stay units (and are merged into blocks)
+    declared = paired_units([(list(range(20)), astronomy[:20], False), (list(range(20, 40)), astronomy[:20], False)],
+                            "declared", 5)  # fmt: skip
+    assert [len(u.units) for u in declared] == [1, 1]
+
+    method = get_method("min_k")
+    cfg = method.make_config({"reference": {"b": "b_heldout"}})
+    rng = np.random.default_rng(5)
+
+    def verdict(shift: float):
+        table = _table(_runs(rng, 40, 0.3) + shift, _runs(rng, 40, 0.3), range(172, 212), range(212, 252))
+        table["unit_key"] = "subject=astronomy"
+        table["min_k_5"] = table["score"]
+        return method.reduce(table, cfg)
+
+    seen = verdict(2.0)
+    assert seen.decision == "contaminated", seen.reason
+    assert [seen.details["units"][side]["n_units"] for side in ("partition", "reference")] == [6, 6]
+    assert seen.p_value == pytest.approx(1 / 924)  # 6 vs 6 units all apart: 1 / C(12, 6), the smallest there is
+    clean = [verdict(0.0).decision for _ in range(400)]
+    assert "inconclusive" not in clean
+    assert clean.count("contaminated") / len(clean) <= ALPHA + 0.02, clean.count("contaminated")
+
+
 def test_rows_a_dataset_declares_independent_are_units_even_in_a_block():
     block = list(range(100, 120))
     units = paired_units([(block, [""] * 20, True), (list(range(300, 320)), [""] * 20, True)], "auto", 5)
