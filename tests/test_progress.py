@@ -68,6 +68,36 @@ def test_rate_and_eta_after_30_of_120_in_10_seconds(caplog):
     assert logged(caplog) == ["model m stage 0: 30/120 requests (25%), 3.0 requests/s, 60 tokens/s, ETA 30s"]
 
 
+def test_items_of_unequal_cost_give_the_eta_of_the_work_left(caplog):
+    """An engine pass of 100 short scores (100 guessed tokens each) then 20 sampling requests (5,000 each): after the
+    scores, in 10 s, a count of requests would say 2 s left; the work left says 100 s, and the line says how much
+    of the work is done. On a terminal the bar shows the same ETA (tqdm's own, by items, is left out)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = FakeClock()
+    progress = Progress("model m stage 0", 120, interval=0, clock=clock, tty=False, work=100 * 100 + 20 * 5000)
+    assert progress.eta is None
+    clock.now = 10.0
+    progress.update(100, tokens=10_000, work=100 * 100)
+    assert progress.rate == pytest.approx(10.0)  # requests/s, as before
+    assert progress.eta == pytest.approx(100_000 / (10_000 / 10))
+    clock.now = 510.0
+    progress.update(10, tokens=50_000, work=10 * 5000)
+    assert progress.eta == pytest.approx(50_000 / (60_000 / 510))
+    progress.grow(2, work=2 * 5000)  # a lost batch sent again
+    assert progress.work_total == pytest.approx(120_000)
+    assert logged(caplog) == [
+        "model m stage 0: 100/120 requests (83%; 9% of the work), 10.0 requests/s, 1,000 tokens/s, ETA 1m40s",
+        "model m stage 0: 110/120 requests (92%; 55% of the work), 0.2 requests/s, 118 tokens/s, ETA 7m05s",
+    ]
+    stream = io.StringIO()
+    bar = Progress("model m stage 1", 4, tty=True, stream=stream, clock=clock, work=400)
+    clock.now += 2.0
+    bar.update(1, tokens=50, work=100)
+    bar.bar.refresh()
+    assert "ETA 6s" in stream.getvalue()
+    bar.close()
+
+
 def test_a_line_every_interval_and_one_at_the_end(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     clock = FakeClock()
