@@ -20,6 +20,7 @@ plus samples x max_tokens, ``engine_pool.guessed_tokens``) and the ETA is the wo
 the line then also says what share of the work is done::
 
     model m stage 0 on m: 255/1174 requests (22%; 4% of the work), 0.4 requests/s, 162 tokens/s, ETA 52m10s
+
 The first engine pass of a model also counts the engine actors' start-up (the first batch waits for
 the model to load), so its first estimates are pessimistic; later stages reuse the loaded actors.
 The clock is injectable (``clock``), so the numbers are testable without waiting.
