@@ -264,6 +264,28 @@ def test_no_reference_is_inconclusive_and_says_what_to_set():
     assert "no reference rows -> inconclusive" in v.details["summary"]
 
 
+def test_a_partition_that_is_only_a_reference_is_not_tested_and_says_of_what():
+    from contamray.pipeline.cells import reduce_verdict, yardstick_verdict
+
+    method = get_method("min_k")
+    cfg = method.make_config({"reference": {"seen": "held", "other": "held"}})
+    keys = ["seen", "other", "held", "alone"]
+    assert method.served_as_reference(cfg, "held", keys) == ["seen", "other"]
+    assert method.served_as_reference(cfg, "seen", keys) == [] == method.served_as_reference(cfg, "alone", keys)
+    chained = method.make_config({"reference": {"seen": "held", "held": "far"}})  # tested itself: not a yardstick
+    assert method.served_as_reference(chained, "held", ["seen", "held", "far"]) == []
+    one_for_all = method.make_config({"reference": "held"})
+    assert method.served_as_reference(one_for_all, "held", keys) == ["seen", "other", "alone"]
+    row = reduce_verdict("min_k", "min_k", {"reference": {"seen": "held"}}, table([-1.0 - i for i in range(12)], None))
+    assert row["decision"] == "inconclusive"  # the method alone cannot tell a yardstick from a forgotten mapping
+    v = yardstick_verdict(row, "min_k", ["seen"])
+    assert v["decision"] == "not_applicable" and v["p_value"] is None and not v["contaminated"]
+    assert v["reason"].startswith("not tested: the held-out reference of seen for min_k") and v["n_examples"] == 12
+    assert v["details"]["reference_of"] == ["seen"] and v["details"]["summary"].endswith("-> not tested")
+    failed = {**row, "decision": "error", "error": "reduce failed: boom"}
+    assert yardstick_verdict(failed, "min_k", ["seen"]) == failed  # an error stays an error
+
+
 def test_too_few_rows_are_inconclusive():
     method = get_method("perplexity")
     config = method.make_config({"reference": "heldout"})

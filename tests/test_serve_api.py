@@ -325,6 +325,12 @@ def test_check_scores_equal_the_batch_pipeline(server, batch) -> None:
         assert verdict["p_value"] == pytest.approx(row["p_value"], rel=1e-6)
         assert (verdict["decision"], verdict["n_examples"]) == (row["decision"], row["n_examples"])
         assert "distribution comparison" in verdict["details"]["summary"]
+    # the batch run's reference partition is the yardstick, not a question: not tested, and says of what
+    yardsticks = partitions[partitions["partition"].str.startswith("synthetic_structured")]
+    assert sorted(yardsticks["method"]) == sorted(METHODS), yardsticks[["method", "decision"]]
+    assert (yardsticks["decision"] == "not_applicable").all() and yardsticks["p_value"].isna().all()
+    assert yardsticks["reason"].str.contains("the held-out reference of synthetic_facts for").all()
+    assert (yardsticks["n_examples"] == ROWS).all()  # its rows were scored: the partitions it serves need them
 
 
 @pytest.mark.slow

@@ -47,7 +47,7 @@ those to the judge engine and calls ``score(records, matches, cfg, outputs=...)`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -263,6 +263,13 @@ class Method:
         if isinstance(ref, Mapping):
             ref = ref.get(benchmark)
         return str(ref) if ref and ref != benchmark else None
+
+    def served_as_reference(self, cfg: Any, benchmark: str, benchmarks: Iterable[str]) -> list[str]:
+        """The keys of ``benchmarks`` whose reference is ``benchmark`` when ``benchmark`` has none of its own
+        (a yardstick: its rows are compared with, never tested), else []."""
+        if self.reference_benchmark(cfg, benchmark):
+            return []
+        return [b for b in benchmarks if b != benchmark and self.reference_benchmark(cfg, b) == benchmark]
 
     def check_reference(self, cfg: Any, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
         """Why ``reference`` cannot serve as ``bench``'s reference partition (the plan refuses), or None."""

@@ -7,6 +7,7 @@ checks (``contamray.serve.check``), so both compute the same numbers the same wa
   examples, or the whole cell for methods scored per partition);
 - ``example_table``: a cell's scored rows, failed rows and costs as its per-example table;
 - ``reduce_verdict``: the table (with reference rows) as the cell's verdict row;
+- ``yardstick_verdict``: the verdict row of a partition that is only another partition's reference;
 - ``EngineCosts``: what each example cost the engines.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from contamray.engines.wire import Output, Request
-from contamray.methods.base import ERROR, get_method
+from contamray.methods.base import ERROR, NOT_APPLICABLE, get_method
 from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.plan import MethodPlan, ModelPlan, Plan
 from contamray.records import Record
@@ -181,6 +182,27 @@ def reduce_verdict(method_name: str, label: str, params: dict[str, Any], table: 
     verdict["method_name"] = method_name
     verdict["method"] = label
     return verdict
+
+
+def yardstick_verdict(verdict: dict[str, Any], label: str, served: list[str]) -> dict[str, Any]:
+    """``verdict`` of a partition that is the held-out reference of the benchmark keys ``served`` for method
+    ``label`` and has no reference of its own: not tested (``not_applicable``) and said so - its rows are the
+    yardstick those partitions are compared with (assumed unseen), not a question the method answers. Its
+    scores, counts and errors stay; a reduce that failed stays an error."""
+    if verdict.get("decision") == ERROR:
+        return verdict
+    keys = ", ".join(served)
+    why = (
+        f"not tested: the held-out reference of {keys} for {label} - its rows are the yardstick "
+        f"{'that partition is' if len(served) == 1 else 'those partitions are'} compared with, assumed unseen; to "
+        f"test it too, map its key to a held-out of its own in methods.{label}.reference"
+    )
+    details = dict(verdict.get("details") or {})
+    rows = verdict.get("n_examples", 0)
+    details["summary"] = f"{label}: {rows} scored rows, the held-out reference of {keys} -> not tested"
+    details["reference_of"] = list(served)
+    return {**verdict, "decision": NOT_APPLICABLE, "contaminated": False, "p_value": None, "reason": why,
+            "details": details}  # fmt: skip
 
 
 def chunks(items: list[Record], size: int) -> list[list[Record]]:

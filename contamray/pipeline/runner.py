@@ -46,6 +46,7 @@ from contamray.pipeline.cells import (
     example_table,
     reduce_verdict,
     run_stages,
+    yardstick_verdict,
 )
 from contamray.pipeline.corpus_scan import scan_corpus
 from contamray.pipeline.engine_pool import EnginePools
@@ -422,6 +423,10 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
     for cell, cost, ids, ref in pending:
         verdict = ray.get(ref)
         progress.update(1)
+        mp = plan.methods[cell.method]
+        served = mp.method.served_as_reference(mp.config(), cell.benchmark, plan.benchmarks)
+        if served:
+            verdict = yardstick_verdict(verdict, mp.label, served)
         verdict.update(cost)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, ids)  # the cell's own rows: was the model trained on any?
