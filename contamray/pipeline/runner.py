@@ -120,6 +120,7 @@ def execute(
     frames, verdicts = [], []
     for cell in plan.cells:
         examples, verdict = store.load(cell, hashes[cell])
+        verdict = as_filed(plan, cell, verdict)  # a cell stored before references were filed as such
         frames.append(examples)
         verdicts.append(verdict)
     verdicts += [skipped_verdict(plan, cell, reason, records) for cell, reason in plan.skipped]
@@ -423,10 +424,7 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
     for cell, cost, ids, ref in pending:
         verdict = ray.get(ref)
         progress.update(1)
-        mp = plan.methods[cell.method]
-        served = mp.method.served_as_reference(mp.config(), cell.benchmark, plan.benchmarks)
-        if served:
-            verdict = yardstick_verdict(verdict, mp.label, served)
+        verdict = as_filed(plan, cell, verdict)
         verdict.update(cost)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, ids)  # the cell's own rows: was the model trained on any?
@@ -445,6 +443,14 @@ def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injec
             f" ({verdict['reason']})" if verdict.get("reason") else "",
         )
     progress.close()
+
+
+def as_filed(plan: Plan, cell: Cell, verdict: dict[str, Any]) -> dict[str, Any]:
+    """``verdict`` as the run files it: a partition that is only the held-out reference of others for the cell's
+    method is not tested (``cells.yardstick_verdict``); any other verdict as the method gave it."""
+    mp = plan.methods[cell.method]
+    served = mp.method.served_as_reference(mp.config(), cell.benchmark, plan.benchmarks)
+    return yardstick_verdict(verdict, mp.label, served) if served else verdict
 
 
 def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:
