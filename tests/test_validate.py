@@ -298,3 +298,12 @@ def test_a_heldout_read_from_the_tested_split_takes_its_truth_from_its_own_rows(
     assert list(labelled["truth"]) == [True, False] and list(labelled["duplication"]) == [5, 0]
     assert list(labelled["kind"]) == ["verbatim", "clean"]
     assert reference_keys({"methods": {"min_k": {"reference": {"arc": "arc_heldout"}}}}) == {"min_k": {"arc_heldout"}}
+    # a chain: arc_heldout is arc's reference and is tested against arc_heldout2 - only arc_heldout2 is a yardstick,
+    # as the runner files them (Method.served_as_reference); one key for every benchmark is a yardstick
+    chain = {"arc": "arc_heldout", "arc_heldout": "arc_heldout2"}
+    assert reference_keys({"methods": {"min_k": {"reference": chain}}}) == {"min_k": {"arc_heldout2"}}
+    assert reference_keys({"methods": {"min_k": {"reference": "arc_heldout"}}}) == {"min_k": {"arc_heldout"}}
+    method = get_method("min_k")
+    cfg = method.make_config({"reference": chain})
+    served = {k: method.served_as_reference(cfg, k, chain.keys() | {"arc_heldout2"}) for k in ("arc", *chain.values())}
+    assert {k for k, v in served.items() if v} == {"arc_heldout2"}

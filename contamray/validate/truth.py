@@ -19,7 +19,8 @@ split (a held-out after the tested rows, ``offset``) and only one of them holds 
 A method's own reference partitions (``methods.<label>.reference``, one key or a mapping benchmark ->
 key: the known-unseen benchmarks its test compares against, e.g. Min-K%'s held-out) cannot be judged by
 that method - each is a yardstick, never tested - so their truth is left empty there (``role:
-reference``) and the scores skip them.
+reference``) and the scores skip them. A key with a held-out of its own (a chain: the reference of one
+benchmark, tested against another) is tested by the runner and keeps its truth.
 
 Every labelled verdict also carries its grid coordinates: ``duplication`` (copies of the partition in
 the training stream), ``kind`` (``form/content/order``, e.g. ``verbatim/input_only/canonical``),
@@ -97,13 +98,16 @@ def reference_partitions(config: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def reference_keys(config: dict[str, Any]) -> dict[str, set[str]]:
-    """Method label -> the benchmark keys of its ``reference`` (one key, or a mapping benchmark -> key). Keys,
-    not partitions: a held-out may be other rows of the very split it is held out from (``offset``)."""
+    """Method label -> the benchmark keys that are only its ``reference`` (one key, or a mapping benchmark ->
+    key): yardsticks, never tested. A key mapped to a held-out of its own is tested even when it also serves as
+    another's reference (a chain), as the runner files it (``Method.served_as_reference``). Keys, not
+    partitions: a held-out may be other rows of the very split it is held out from (``offset``)."""
     out = {}
     for label, spec in (config.get("methods") or {}).items():
         ref = (spec or {}).get("reference") if isinstance(spec, dict) else None
         given = list(ref.values()) if isinstance(ref, dict) else [ref] if ref else []
-        keys = {k for k in given if isinstance(k, str)}
+        tested = {k for k, v in ref.items() if v and v != k} if isinstance(ref, dict) else set()
+        keys = {k for k in given if isinstance(k, str) and k not in tested}
         if keys:
             out[label] = keys
     return out
