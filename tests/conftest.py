@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-# Under pytest-xdist (README's test command runs two workers) each worker gets a Ray temp dir of its own:
-# ray.init() without an address joins the cluster whose address Ray wrote under its temp dir (the
-# ``ray.cluster_utils.Cluster`` fixture writes one), and must never find the other worker's.
+# Under pytest-xdist (README's test command runs two workers) each worker process gets a Ray temp dir of its
+# own: ray.init() without an address joins the cluster whose address Ray wrote under its temp dir (the
+# ``ray.cluster_utils.Cluster`` fixture writes one), and must never find the other worker's - nor, when a worker
+# dies and xdist starts a replacement with the same name, the dead one's orphaned cluster (hence the pid).
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER and "RAY_TMPDIR" not in os.environ:
-    os.environ["RAY_TMPDIR"] = f"/tmp/cr-{WORKER}"  # short: Ray's socket paths have a length limit
+    os.environ["RAY_TMPDIR"] = f"/tmp/cr-{WORKER}-{os.getpid()}"  # short: Ray's socket paths have a length limit
     os.makedirs(os.environ["RAY_TMPDIR"], exist_ok=True)
 
 

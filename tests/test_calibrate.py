@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -29,11 +30,26 @@ def test_heldout_blocks_are_disjoint_outside_the_slices_and_seeded() -> None:
     rows = _rows(100)
     parts = slices(rows, 4, 10, spread=True)
     taken = {r.id for p in parts for r in p}
-    blocks = heldouts(rows, taken, 4, 10, seed=0)
+    blocks = heldouts(rows, parts, seed=0)
     ids = [r.id for b in blocks for r in b]
     assert len(blocks) == 4 and len(ids) == len(set(ids)) == 40 and not set(ids) & taken
-    assert [r.id for r in heldouts(rows, taken, 4, 10, seed=0)[0]] == [r.id for r in blocks[0]]
-    assert len(heldouts(rows, taken, 7, 10, seed=0)) == 6  # 60 rows left: six blocks of 10
+    assert [r.id for r in heldouts(rows, parts, seed=0)[0]] == [r.id for r in blocks[0]]
+    assert len(heldouts(rows, slices(rows, 7, 10, spread=True), seed=0)) == 3  # 30 rows left: three blocks of 10
+
+
+def test_a_slice_of_one_topic_takes_its_heldout_from_that_topic() -> None:
+    """MMLU-like: 4 subjects of 25 rows in split order. A slice within one subject is compared with rows of that
+    subject (one subject against many could not be decided); a slice across two subjects, or a subject with too
+    few rows left, with a random sample of the rest."""
+    rows = [dataclasses.replace(r, meta={"subject": f"s{r.order // 25}"}) for r in _rows(100)]
+    parts = [rows[0:10], rows[20:30], rows[50:60], rows[75:90]]
+    blocks = heldouts(rows, parts, seed=0)
+    subjects = [{r.meta["subject"] for r in b} for b in blocks]
+    assert subjects[0] == {"s0"} and subjects[2] == {"s2"}  # 15 rows of s0 and of s2 left: enough
+    assert len(subjects[1]) > 1  # the slice spans s0 and s1: a random sample of the rest
+    assert len(subjects[3]) > 1  # s3 has 10 rows left, the slice 15
+    ids = [r.id for b in blocks for r in b]
+    assert len(ids) == len(set(ids)) == 45 and not set(ids) & {r.id for p in parts for r in p}
 
 
 def test_render_counts_flagged_decided_and_inconclusive(tmp_path: Path) -> None:

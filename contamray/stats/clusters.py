@@ -73,15 +73,18 @@ class Units:
         }
 
 
-def unit_key(meta: Mapping[str, Any] | None) -> str:
+def unit_key(meta: Mapping[str, Any] | None, keys: Sequence[str] = ("group", *TOPIC_KEYS)) -> str:
     """The declared unit of a row (its group, else its topic), "" when none is declared."""
-    if not meta:
-        return ""
-    for key in ("group", *TOPIC_KEYS):
+    for key in keys if meta else ():
         value = meta.get(key)
         if value is not None and str(value) != "":
             return f"{key}={value}"
     return ""
+
+
+def topic_key(meta: Mapping[str, Any] | None) -> str:
+    """The declared topic of a row (``TOPIC_KEYS``: MMLU's subject, HellaSwag's activity), "" when none."""
+    return unit_key(meta, TOPIC_KEYS)
 
 
 def is_contiguous(orders: Sequence[int]) -> bool:

@@ -5,8 +5,8 @@ membership scores, guided prompting's Algorithm 1) on ``--slices`` contiguous sl
 spread evenly over each benchmark's split, under one model - by default the embedded base model, on
 ARC-Challenge, HellaSwag, MMLU and Winogrande - and prints, per method and benchmark, how many slices were flagged,
 found clean, or left inconclusive. The membership scores compare each slice with its own held-out block
-of the same split (disjoint seeded random samples of the rows outside the slices), as their
-``heldout`` mode does.
+of the same split (disjoint seeded random samples of the rows outside the slices; of the slice's topic
+when all its rows share one, as an MMLU slice of one subject: ``heldouts``), as their ``heldout`` mode does.
 
 On partitions clean by construction (``tests/test_null_calibration.py``) a valid test at alpha flags
 about alpha of the slices. On public benchmarks under a public model the truth is unknown: a flag
@@ -39,6 +39,7 @@ from contamray import logs
 from contamray.engines.dedup import Dedup, content_key
 from contamray.methods.base import Method, Output, Request, Verdict, get_method
 from contamray.records import Record
+from contamray.stats.clusters import topic_key
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +113,30 @@ def slices(records: Sequence[Record], n_slices: int, size: int, spread: bool = F
     return out
 
 
-def heldouts(records: Sequence[Record], taken: set[str], n_slices: int, size: int, seed: int) -> list[list[Record]]:
-    """``n_slices`` disjoint seeded random samples of ``size`` rows not in any slice (``taken`` ids): one
-    held-out block per slice, so the slices' tests are independent."""
+def heldouts(records: Sequence[Record], parts: Sequence[Sequence[Record]], seed: int) -> list[list[Record]]:
+    """One held-out block per slice, as many rows as the slice: disjoint seeded random samples of the rows
+    not in any slice, so the slices' tests are independent. A slice whose rows all share one declared topic
+    (``stats.clusters.topic_key``: an MMLU slice lies within one subject) takes its block from rows of that
+    topic when the split has enough of them, as README advises a user: one subject against a held-out of many
+    is one unit against many and cannot be decided, while a topic both sides share is a constant of the
+    comparison. Stops at the first slice the rows left cannot serve."""
+    taken = {r.id for part in parts for r in part}
     rest = [r for r in records if r.id not in taken]
-    order = np.random.default_rng(seed).permutation(len(rest))
-    blocks = [sorted(order[k * size : (k + 1) * size]) for k in range(n_slices) if (k + 1) * size <= len(rest)]
-    return [[dataclasses.replace(rest[i], partition=f"{rest[i].partition}:heldout{k}") for i in block]
-            for k, block in enumerate(blocks)]  # fmt: skip
+    order = [int(i) for i in np.random.default_rng(seed).permutation(len(rest))]
+    topics = [topic_key(r.meta) for r in rest]
+    used: set[int] = set()
+    out = []
+    for k, part in enumerate(parts):
+        free = [i for i in order if i not in used]
+        own = {topic_key(r.meta) for r in part}
+        topic = own.pop() if len(own) == 1 else ""
+        same = [i for i in free if topics[i] == topic] if topic else []
+        block = sorted((same if len(same) >= len(part) else free)[: len(part)])
+        if len(block) < len(part):
+            break
+        used.update(block)
+        out.append([dataclasses.replace(rest[i], partition=f"{rest[i].partition}:heldout{k}") for i in block])
+    return out
 
 
 def decide(method: Method, cfg: Any, own: list[dict], reference: list[dict] | None = None) -> Verdict:
@@ -140,7 +157,7 @@ def calibrate(
     rows = []
     for bench, records in benchmarks.items():
         parts = slices(records, n_slices, size, spread=True)
-        held = heldouts(records, {r.id for part in parts for r in part}, len(parts), size, seed)
+        held = heldouts(records, parts, seed)
         for name in methods:
             method = get_method(name)
             cfg = method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in _fields(method) else {})})

@@ -75,6 +75,7 @@ from typing import Any
 import numpy as np
 
 from contamray.records import Record
+from contamray.stats.clusters import TOPIC_KEYS  # declared topics (MMLU, HellaSwag) tried as coarser units
 from contamray.stats.tests import mann_whitney_greater
 
 STRUCTURE_ALPHA = 0.01
@@ -82,7 +83,6 @@ RESIDUAL_ALPHA = 0.05  # the residual check guards validity, so it errs towards 
 MAX_RANDOM_PAIRS = 5000
 FAR_GAP = 10  # random pairs that set the link bar are at least this far apart (partitions of >= 4 * FAR_GAP rows)
 MERGE_QUANTILES = (0.99, 0.95, 0.9, 0.8)
-TOPIC_KEYS = ("subject", "activity_label")  # declared topics (MMLU, HellaSwag) tried as coarser units
 _WORD = re.compile(r"\w+")
 
 Units = list[list[int]]
