@@ -67,3 +67,27 @@ def test_render_counts_flagged_decided_and_inconclusive(tmp_path: Path) -> None:
     readme.write_text("no markers")
     with pytest.raises(ValueError, match="no calibration section"):
         update_readme(readme, markdown)
+
+
+@pytest.mark.slow
+def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_model(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole loop on a generated benchmark the model never saw: 3 slices of 12 rows spread over 70 rows of
+    ``synthetic_facts``; the 34 rows left make two held-out blocks, so Min-K% and zlib decide the first two
+    slices (these rows are independent draws: every row is a unit) and leave the third untested; one scoring
+    pass serves both; a progress line counts the 6 slices."""
+    from contamray.benchmarks import load_records
+    from contamray.engines import resolve_model_path
+    from contamray.engines.hf import HFEngine
+    from contamray.validate.calibrate import SharedEngines, calibrate
+
+    monkeypatch.setenv("CONTAMRAY_PROGRESS_SECONDS", "0")
+    records = load_records("synthetic_facts", config="set2", split="test").records[:70]
+    engines = SharedEngines({"target": HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", batch_size=16)})
+    with caplog.at_level("INFO", logger="contamray"):
+        table = calibrate({"synthetic_facts": records}, engines, ["min_k", "zlib_ratio"], n_slices=3, size=12)
+    assert list(table["method"]) == ["min_k"] * 2 + ["zlib_ratio"] * 2 and list(table["slice"]) == [0, 1] * 2
+    assert set(table["decision"]) <= {"clean", "contaminated"}, table
+    assert len(engines.cache) == 4 * 12  # two slices and their two held-out blocks, scored once for both methods
+    assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text

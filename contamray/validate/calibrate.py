@@ -38,6 +38,7 @@ import pandas as pd
 from contamray import logs
 from contamray.engines.dedup import Dedup, content_key
 from contamray.methods.base import Method, Output, Request, Verdict, get_method
+from contamray.pipeline.progress import Progress
 from contamray.records import Record
 from contamray.stats.clusters import topic_key
 
@@ -155,6 +156,8 @@ def calibrate(
 ) -> pd.DataFrame:
     """One row per (benchmark, method, slice): decision, p-value, statistic, reason."""
     rows = []
+    total = sum(len(slice_starts(len(r), n_slices, size, spread=True)) for r in benchmarks.values()) * len(methods)
+    progress = Progress("calibrate", total, unit="slices")
     for bench, records in benchmarks.items():
         parts = slices(records, n_slices, size, spread=True)
         held = heldouts(records, parts, seed)
@@ -165,14 +168,17 @@ def calibrate(
             uses_reference = bool(method.reference_benchmark(cfg, bench))
             for k, part in enumerate(parts):
                 if uses_reference and k >= len(held):
-                    break
+                    progress.update(1)
+                    continue  # no rows left for its held-out: not tested
                 reference = engines.run(method, held[k], cfg) if uses_reference else None
                 v = decide(method, cfg, engines.run(method, part, cfg), reference)
+                progress.update(1)
                 rows.append({
                     "benchmark": bench, "method": name, "slice": k, "decision": v.decision, "p_value": v.p_value,
                     "statistic": v.statistic, "reason": v.reason,
                 })  # fmt: skip
             log.info("calibrate: %s on %s: %d slices in %.0f s", name, bench, len(parts), time.perf_counter() - started)
+    progress.close()
     return pd.DataFrame(rows)
 
 
