@@ -48,13 +48,14 @@ START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
 # Min-K%++ first: its scores (with vocabulary statistics) serve Min-K%, perplexity and zlib (SharedEngines)
 MEMBERSHIP = ("min_k_plus_plus", "min_k", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
 # the reference-model ratio needs a second model (the target over a reference): not part of a one-model run
-METHODS = ("sharded_likelihood", *[m for m in MEMBERSHIP if m != "reference_ratio"], "guided_prompting")
+ONE_MODEL_MEMBERSHIP = tuple(m for m in MEMBERSHIP if m != "reference_ratio")
+METHODS = ("sharded_likelihood", *ONE_MODEL_MEMBERSHIP, "heldout_accuracy", "guided_prompting")
 BENCHMARKS = ("arc_challenge", "hellaswag", "mmlu", "winogrande")
 # cheap settings for many slices: 5 shards x 10 permutations (20 rows: shards of 4), 16 generated tokens
 PARAMS: dict[str, dict[str, Any]] = {
     "sharded_likelihood": {"num_shards": 5, "permutations_per_shard": 10},
     "guided_prompting": {"max_tokens": 16},
-    **{name: {"reference": "heldout"} for name in MEMBERSHIP},
+    **{name: {"reference": "heldout"} for name in (*MEMBERSHIP, "heldout_accuracy")},
 }
 
 

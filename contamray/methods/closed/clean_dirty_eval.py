@@ -81,6 +81,17 @@ def prompt(record: Record, cfg: CleanDirtyConfig) -> str:
     return cfg.template.replace("{input}", record.input)
 
 
+def option_requests(record: Record, text: str) -> list[Request]:
+    """The score requests of one multiple-choice example: its prompt ``text`` alone, and followed by each option
+    after a space (``choice_perplexities`` reads them); none for an example without options."""
+    if len(record.choices) < 2:
+        return []
+    return [Request(_key(record.id, "prompt"), (record.id,), "score", text)] + [
+        Request(_key(record.id, str(k)), (record.id,), "score", f"{text} {choice}")
+        for k, choice in enumerate(record.choices)
+    ]
+
+
 def gold_index(record: Record) -> int | None:
     """The correct option's position: the label's text if it is one option, else the stored key."""
     if record.choices.count(record.label) == 1:
@@ -174,15 +185,7 @@ class CleanDirtyEval(Method):
         """Stage 0: score the prompt and prompt + each option (multiple-choice records only)."""
         if stage > 0:
             return []
-        out = []
-        for record in records:
-            if len(record.choices) < 2:
-                continue
-            text = prompt(record, cfg)
-            out.append(Request(_key(record.id, "prompt"), (record.id,), "score", text))
-            for k, choice in enumerate(record.choices):
-                out.append(Request(_key(record.id, str(k)), (record.id,), "score", f"{text} {choice}"))
-        return out
+        return [r for record in records for r in option_requests(record, prompt(record, cfg))]
 
     def score(self, records: list[Record], outputs: Any, cfg: CleanDirtyConfig, **extra: Any) -> list[dict]:
         """One row per example: option perplexities, prediction, gold, correct (or the error)."""

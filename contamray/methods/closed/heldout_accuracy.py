@@ -1,0 +1,123 @@
+"""Held-out accuracy gap: does the model answer a partition's questions better than a held-out of the same benchmark?
+
+Paper: Zhang et al. 2024, "A Careful Examination of Large Language Model Performance on Grade School Arithmetic"
+(arXiv:2405.00332, NeurIPS 2024 Datasets and Benchmarks). They wrote GSM1k, a held-out set drawn like GSM8K, and
+read contamination (overfitting) in the gap between a model's accuracy on the public benchmark and on the held-out
+one: a model that learned the benchmark's items does better on them than on unseen items of the same kind (up to
+13 points for some families). Li et al. 2023's clean-vs-dirty evaluation (``clean_dirty_eval``) reads the same
+gap between the parts of one split that an open-data scan found and did not find; here the unseen side is a
+held-out partition of the same benchmark (``reference``), so no corpus is needed. The gap survives training forms
+that leave little trace in a text's likelihood: a model fine-tuned on question -> answer pairs with the prompt
+masked (supervised fine-tuning) never trained on the question's tokens, which Min-K% and perplexity mostly score.
+
+Per example, as lm-evaluation-harness scores multiple choice (and ``clean_dirty_eval``): each option is scored as a
+continuation of the prompt (``template``, default ``"Question: {input}\\nAnswer:"``, the option after a space); its
+log-likelihood per token is the mean log-probability of its tokens given the prompt; the prediction is the option
+with the highest (the lowest perplexity). Columns: ``correct`` (1/0), ``gold_margin`` = the gold option's mean
+token log-probability minus the best other option's (> 0 exactly when the prediction is correct: the accuracy's
+per-example form, with the model's confidence kept), ``perplexities``, ``prediction`` and ``gold``.
+
+Partition decision (``heldout_test.HeldoutTest``, as the membership scores): ``gold_margin`` of the partition
+against that of a held-out partition of the same benchmark known unseen, one-sided Mann-Whitney U over sampling
+units (H1: the partition's answers are surer). **Null**: the partition and the held-out are exchangeable draws of
+one benchmark, neither seen by the model; it holds for a random held-out of the same split however easy the
+benchmark is, and fails for another benchmark (``mode: distribution`` labels such a comparison). The paper
+compares accuracies; the decision here ranks the margins, whose sign is correctness, so a 0/1 score's ties do
+not waste the rows (the accuracy test is reported beside: ``details.by_column.correct``; the accuracies are the
+verdict's ``rate`` and ``details.reference_rate``). ``inconclusive`` as every held-out test (too few rows or
+units, no reference, every margin tied). Applies to multiple-choice benchmarks (``applies.needs_choices``).
+
+Parameters (``conf/method/heldout_accuracy.yaml``): ``template``; ``reference``, ``mode``, ``alpha``, ``units``
+and ``block_rows`` of the held-out test (``HeldoutConfig``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from contamray.methods.base import Applies, Output, Outputs, Request, Verdict, register
+from contamray.methods.closed.cell_rows import column_mean, rows_of, truthy
+from contamray.methods.closed.clean_dirty_eval import choice_perplexities, gold_index, option_requests
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.records import Record
+
+NAME = "heldout_accuracy"
+
+
+@dataclass
+class HeldoutAccuracyConfig(HeldoutConfig):
+    """The prompt each option continues (``{input}``: the question) and the held-out test's parameters."""
+
+    template: str = "Question: {input}\nAnswer:"
+    method_name: ClassVar[str] = NAME
+
+    def __post_init__(self) -> None:
+        if "{input}" not in self.template:
+            raise ValueError(f"methods.{NAME}.template={self.template!r} has no {{input}} placeholder for the question")
+        super().__post_init__()
+
+
+def gold_margin(perplexities: list[float], gold: int) -> float:
+    """The gold option's mean token log-probability minus the best other option's (from their perplexities)."""
+    logp = [-math.log(p) for p in perplexities]
+    return logp[gold] - max(v for k, v in enumerate(logp) if k != gold)
+
+
+@register
+class HeldoutAccuracy(HeldoutTest):
+    """Registered as ``heldout_accuracy`` (family ``closed``; multiple choice; needs a held-out ``reference``)."""
+
+    name = NAME
+    Config = HeldoutAccuracyConfig
+    engine_roles: ClassVar[tuple[str, ...]] = ("target",)
+    applies: ClassVar[Applies] = Applies(needs_choices=True, min_rows=MIN_ROWS)
+    outputs = Outputs(
+        score="gold_margin",
+        score_label="gold option's mean token log-probability minus the best other option's (> 0: answered right)",
+        membership="gold_margin",
+    )
+    tie_hint: ClassVar[str] = "one margin for every unit"
+
+    def requests(
+        self, records: list[Record], cfg: HeldoutAccuracyConfig, stage: int, outputs: dict[str, Output]
+    ) -> list[Request]:
+        """Stage 0: the prompt, and the prompt followed by each option (multiple-choice records only)."""
+        if stage > 0:
+            return []
+        return [r for record in records for r in option_requests(record, cfg.template.replace("{input}", record.input))]
+
+    def _score_one(self, record: Record, got: dict[str, Output], cfg: HeldoutAccuracyConfig) -> dict[str, Any]:
+        row: dict[str, Any] = {**unit_columns(record), "gold_margin": None, "correct": None, "error": ""}
+        gold = gold_index(record)
+        if len(record.choices) < 2:
+            row["error"] = f"example {record.id!r} of {record.partition!r} has no options (multiple choice only)"
+        elif gold is None:
+            row["error"] = f"example {record.id!r}: the label {record.label!r} is not one of its options"
+        else:
+            try:
+                ppl = choice_perplexities(record, got)
+            except ValueError as err:
+                row["error"] = f"example {record.id!r}: {err}"
+            else:
+                prediction = min(range(len(ppl)), key=lambda k: (ppl[k], k))
+                row.update(perplexities=ppl, prediction=prediction, gold=gold, correct=float(prediction == gold),
+                           gold_margin=gold_margin(ppl, gold))  # fmt: skip
+        return row
+
+    def score_columns(self, cfg: Any) -> list[str]:
+        """Tested beside ``gold_margin`` in ``details["by_column"]`` (never deciding): the accuracy itself."""
+        return ["correct"]
+
+    def reduce(self, table: Any, cfg: HeldoutAccuracyConfig) -> Verdict:
+        """The held-out test on ``gold_margin`` (``HeldoutTest``), the accuracies as ``rate`` / ``reference_rate``."""
+        rows = rows_of(table)
+        verdict = super().reduce(rows, cfg)
+        own = [r for r in rows if not truthy(r.get("is_reference"))]
+        ref = [r for r in rows if truthy(r.get("is_reference"))]
+        accuracy, n = column_mean(own, "correct")
+        ref_accuracy, n_ref = column_mean(ref, "correct")
+        verdict.rate = accuracy
+        verdict.details.update(rate=accuracy, n_scored=n, reference_rate=ref_accuracy, n_reference_scored=n_ref)
+        return verdict
