@@ -6,9 +6,15 @@ read contamination (overfitting) in the gap between a model's accuracy on the pu
 one: a model that learned the benchmark's items does better on them than on unseen items of the same kind (up to
 13 points for some families). Li et al. 2023's clean-vs-dirty evaluation (``clean_dirty_eval``) reads the same
 gap between the parts of one split that an open-data scan found and did not find; here the unseen side is a
-held-out partition of the same benchmark (``reference``), so no corpus is needed. The gap survives training forms
-that leave little trace in a text's likelihood: a model fine-tuned on question -> answer pairs with the prompt
-masked (supervised fine-tuning) never trained on the question's tokens, which Min-K% and perplexity mostly score.
+held-out partition of the same benchmark (``reference``), so no corpus is needed.
+
+The gap shows in the format the model learned the answers in. Measured (2026-11-28) on the embedded model
+fine-tuned as a chat model on ARC-Challenge rows 0-59 (chat template, lettered options, the reply "C. <option>",
+the prompt masked from the loss, 3 epochs among 90 other instructions), against rows 200-259: this module's
+default (the harness's prompt, options as continuations) gave accuracy 0.35 vs 0.25, p = 0.22 - missed; scored by
+hand in the model's own chat format, 0.55 vs 0.35. Scoring through the chat template is not built yet (the
+engines render chat templates for generation only); Min-K% flagged that model (p = 0.0035), the other
+membership scores did not.
 
 Per example, as lm-evaluation-harness scores multiple choice (and ``clean_dirty_eval``): each option is scored as a
 continuation of the prompt (``template``, default ``"Question: {input}\\nAnswer:"``, the option after a space); its
