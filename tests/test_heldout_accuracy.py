@@ -53,6 +53,21 @@ def test_the_margin_is_the_gold_options_log_probability_over_the_best_other_and_
     assert "prompt score missing" in failed["error"] and failed["gold_margin"] is None
 
 
+def test_other_formats_list_the_options_and_answer_by_letter_and_a_bad_format_names_the_key() -> None:
+    """A chat model's format written into the template: the options listed with letters, each answer 'B. green'
+    right after the assistant header (no separator)."""
+    record = _record(0, "b/test")
+    chat = "<|im_start|>user\n{input}\n{choices}<|im_end|>\n<|im_start|>assistant\n"
+    cfg = METHOD.make_config({"template": chat, "answer": "letter_option", "separator": ""})
+    prompt, *answers = [r.text for r in METHOD.requests([record], cfg, 0, {})]
+    assert prompt == "<|im_start|>user\nquestion 0?\nA. red\nB. green\nC. blue<|im_end|>\n<|im_start|>assistant\n"
+    assert answers == [prompt + "A. red", prompt + "B. green", prompt + "C. blue"]
+    letter = METHOD.make_config({"template": "{input}\n{choices}\nAnswer:", "answer": "letter"})
+    assert [r.text[-3:] for r in METHOD.requests([record], letter, 0, {})][1:] == [": A", ": B", ": C"]
+    with pytest.raises(ValueError, match=r"methods.heldout_accuracy.answer: 'number' is not one of option, letter"):
+        METHOD.make_config({"answer": "number"})
+
+
 def test_a_partition_answered_surer_than_its_heldout_is_flagged_and_one_answered_alike_is_not() -> None:
     """30 rows a side, rows independent (random draws of the split: ``order`` far apart). Seen: the gold option
     at -0.2 against -1.5 for the others (margin 1.3); held-out: margins spread around 0, as a model that guesses."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,14 +81,16 @@ def prompt(record: Record, cfg: CleanDirtyConfig) -> str:
     return cfg.template.replace("{input}", record.input)
 
 
-def option_requests(record: Record, text: str) -> list[Request]:
-    """The score requests of one multiple-choice example: its prompt ``text`` alone, and followed by each option
-    after a space (``choice_perplexities`` reads them); none for an example without options."""
+def option_requests(record: Record, text: str, continuations: Sequence[str] | None = None) -> list[Request]:
+    """The score requests of one multiple-choice example: its prompt ``text`` alone, and followed by each option's
+    continuation (default: the option after a space; ``choice_perplexities`` reads them); none for an example
+    without options."""
     if len(record.choices) < 2:
         return []
+    after = continuations if continuations is not None else [f" {choice}" for choice in record.choices]
     return [Request(_key(record.id, "prompt"), (record.id,), "score", text)] + [
-        Request(_key(record.id, str(k)), (record.id,), "score", f"{text} {choice}")
-        for k, choice in enumerate(record.choices)
+        Request(_key(record.id, str(k)), (record.id,), "score", f"{text}{continuation}")
+        for k, continuation in enumerate(after)
     ]
 
 

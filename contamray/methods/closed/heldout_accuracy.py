@@ -8,18 +8,24 @@ one: a model that learned the benchmark's items does better on them than on unse
 gap between the parts of one split that an open-data scan found and did not find; here the unseen side is a
 held-out partition of the same benchmark (``reference``), so no corpus is needed.
 
-The gap shows in the format the model learned the answers in. Measured (2026-11-28) on the embedded model
-fine-tuned as a chat model on ARC-Challenge rows 0-59 (chat template, lettered options, the reply "C. <option>",
-the prompt masked from the loss, 3 epochs among 90 other instructions), against rows 200-259: this module's
-default (the harness's prompt, options as continuations) gave accuracy 0.35 vs 0.25, p = 0.22 - missed; scored by
-hand in the model's own chat format, 0.55 vs 0.35. Scoring through the chat template is not built yet (the
-engines render chat templates for generation only); Min-K% flagged that model (p = 0.0035), the other
-membership scores did not.
+The gap shows in the format the model learned the answers in, and is small on a small model. Measured
+(2026-11-28) on the embedded model fine-tuned as a chat model on ARC-Challenge rows 0-59 (its chat template, the
+question with lettered options and an instruction, the reply "C. <option>", the prompt masked from the loss, 3
+epochs among 90 other instructions), against rows 200-259 (8 vs 8 blocks of consecutive rows): the default (the
+harness's prompt, options as continuations) gave accuracy 0.35 vs 0.25, p = 0.22; the model's chat markup with
+lettered options (``answer: letter_option``, no instruction) 0.42 vs 0.28, p = 0.25 - missed both times; scored by
+hand with the training prompt itself, 0.55 vs 0.35. Min-K% flagged that model (p = 0.0035), the other membership
+scores did not; rows 300-359 against 400-459 were clean for every method.
 
 Per example, as lm-evaluation-harness scores multiple choice (and ``clean_dirty_eval``): each option is scored as a
 continuation of the prompt (``template``, default ``"Question: {input}\\nAnswer:"``, the option after a space); its
 log-likelihood per token is the mean log-probability of its tokens given the prompt; the prediction is the option
-with the highest (the lowest perplexity). Columns: ``correct`` (1/0), ``gold_margin`` = the gold option's mean
+with the highest (the lowest perplexity). Other formats: ``{choices}`` in the template lists the options as
+``A. <option>`` lines, ``answer`` writes each continuation as the option (``option``), its letter (``letter``, the
+harness's MMLU form) or both (``letter_option``), after ``separator``; a chat model's format is its chat markup
+written into the template (the engines read special tokens in text), e.g. SmolLM2's
+``"<|im_start|>user\\n{input}\\n{choices}<|im_end|>\\n<|im_start|>assistant\\n"`` with ``separator: ""``.
+Columns: ``correct`` (1/0), ``gold_margin`` = the gold option's mean
 token log-probability minus the best other option's (> 0 exactly when the prediction is correct: the accuracy's
 per-example form, with the model's confidence kept), ``perplexities``, ``prediction`` and ``gold``.
 
@@ -52,17 +58,46 @@ from contamray.records import Record
 NAME = "heldout_accuracy"
 
 
+ANSWERS = {"option": "{option}", "letter": "{letter}", "letter_option": "{letter}. {option}"}
+
+
 @dataclass
 class HeldoutAccuracyConfig(HeldoutConfig):
-    """The prompt each option continues (``{input}``: the question) and the held-out test's parameters."""
+    """How each option is asked (``template`` with ``{input}``, the question, and optionally ``{choices}``, the options
+    one per line as ``A. <option>``; each answer written as ``answer`` after ``separator``) and the held-out test's
+    parameters."""
 
     template: str = "Question: {input}\nAnswer:"
+    answer: str = "option"
+    separator: str = " "
     method_name: ClassVar[str] = NAME
 
     def __post_init__(self) -> None:
+        where = f"methods.{NAME}"
         if "{input}" not in self.template:
-            raise ValueError(f"methods.{NAME}.template={self.template!r} has no {{input}} placeholder for the question")
+            raise ValueError(f"{where}.template={self.template!r} has no {{input}} placeholder for the question")
+        if self.answer not in ANSWERS:
+            raise ValueError(
+                f"{where}.answer: {self.answer!r} is not one of {', '.join(ANSWERS)} (option: the option's text; "
+                "letter: its letter, with the options listed by {choices} in the template; letter_option: 'C. <text>')"
+            )
         super().__post_init__()
+
+
+def letters(record: Record) -> list[str]:
+    """The options' letters: the dataset's own (``meta.choice_labels``, e.g. ARC's), else A, B, C..."""
+    own = [str(x) for x in record.meta.get("choice_labels") or []]
+    return own if len(own) == len(record.choices) else [chr(ord("A") + k) for k in range(len(record.choices))]
+
+
+def prompt_and_answers(record: Record, cfg: HeldoutAccuracyConfig) -> tuple[str, list[str]]:
+    """The prompt (``template`` filled) and each option's continuation (``separator`` + ``answer`` filled)."""
+    marks = letters(record)
+    listed = "\n".join(f"{m}. {c}" for m, c in zip(marks, record.choices, strict=True))
+    text = cfg.template.replace("{choices}", listed).replace("{input}", record.input)
+    form = ANSWERS[cfg.answer]
+    return text, [cfg.separator + form.replace("{letter}", m).replace("{option}", c)
+                  for m, c in zip(marks, record.choices, strict=True)]  # fmt: skip
 
 
 def gold_margin(perplexities: list[float], gold: int) -> float:
@@ -92,7 +127,8 @@ class HeldoutAccuracy(HeldoutTest):
         """Stage 0: the prompt, and the prompt followed by each option (multiple-choice records only)."""
         if stage > 0:
             return []
-        return [r for record in records for r in option_requests(record, cfg.template.replace("{input}", record.input))]
+        return [r for record in records if len(record.choices) >= 2
+                for r in option_requests(record, *prompt_and_answers(record, cfg))]  # fmt: skip
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: HeldoutAccuracyConfig) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "gold_margin": None, "correct": None, "error": ""}
