@@ -137,6 +137,24 @@ def choice_perplexities(record: Record, outputs: dict[str, Output]) -> list[floa
     return values
 
 
+def answered(record: Record, outputs: dict[str, Output], what: str) -> dict[str, Any]:
+    """One multiple-choice example as the harness scores it: the options' perplexities, the prediction (the lowest;
+    ties to the first), the gold option and ``correct`` - or ``error``, naming why it cannot be scored (``what``: the
+    method, for the message)."""
+    gold = gold_index(record)
+    if len(record.choices) < 2:
+        return {"error": f"example {record.id!r} of {record.partition!r} has no options; {what} scores "
+                         "multiple-choice benchmarks (arc_challenge, hellaswag, mmlu, truthfulqa_mc, ...)"}  # fmt: skip
+    if gold is None:
+        return {"error": f"example {record.id!r}: the label {record.label!r} is not one of its options"}
+    try:
+        ppl = choice_perplexities(record, outputs)
+    except ValueError as err:
+        return {"error": f"example {record.id!r}: {err}"}
+    prediction = min(range(len(ppl)), key=lambda k: (ppl[k], k))
+    return {"perplexities": ppl, "prediction": prediction, "gold": gold, "correct": prediction == gold}
+
+
 def _known(value: Any) -> bool:
     """A real True/False (pandas gives NaN where a row has no value)."""
     return value is not None and not (isinstance(value, float) and math.isnan(value))
@@ -195,23 +213,7 @@ class CleanDirtyEval(Method):
         rows = []
         for record in records:
             row: dict[str, Any] = {"record_id": record.id, "partition": record.partition, "error": ""}
-            gold = gold_index(record)
-            if len(record.choices) < 2:
-                row["error"] = (
-                    f"example {record.id!r} of {record.partition!r} has no options; "
-                    "clean-vs-dirty evaluation "
-                    "scores multiple-choice benchmarks (arc_challenge, hellaswag, mmlu, truthfulqa_mc, ...)"
-                )
-            elif gold is None:
-                row["error"] = f"example {record.id!r}: the label {record.label!r} is not one of its options"
-            else:
-                try:
-                    ppl = choice_perplexities(record, by_key)
-                except ValueError as err:
-                    row["error"] = f"example {record.id!r}: {err}"
-                else:
-                    pred = min(range(len(ppl)), key=lambda k: (ppl[k], k))
-                    row.update(perplexities=ppl, prediction=pred, gold=gold, correct=pred == gold)
+            row.update(answered(record, by_key, "clean-vs-dirty evaluation"))
             rows.append(row)
         return rows
 

@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, Output, Outputs, Request, Verdict, register
-from contamray.methods.closed.cell_rows import column_mean, rows_of, truthy
-from contamray.methods.closed.clean_dirty_eval import choice_perplexities, gold_index, option_requests
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.methods.closed.cell_rows import rows_of
+from contamray.methods.closed.clean_dirty_eval import answered, option_requests
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns, with_rates
 from contamray.records import Record
 
 NAME = "heldout_accuracy"
@@ -132,20 +132,9 @@ class HeldoutAccuracy(HeldoutTest):
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: HeldoutAccuracyConfig) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "gold_margin": None, "correct": None, "error": ""}
-        gold = gold_index(record)
-        if len(record.choices) < 2:
-            row["error"] = f"example {record.id!r} of {record.partition!r} has no options (multiple choice only)"
-        elif gold is None:
-            row["error"] = f"example {record.id!r}: the label {record.label!r} is not one of its options"
-        else:
-            try:
-                ppl = choice_perplexities(record, got)
-            except ValueError as err:
-                row["error"] = f"example {record.id!r}: {err}"
-            else:
-                prediction = min(range(len(ppl)), key=lambda k: (ppl[k], k))
-                row.update(perplexities=ppl, prediction=prediction, gold=gold, correct=float(prediction == gold),
-                           gold_margin=gold_margin(ppl, gold))  # fmt: skip
+        row.update(answered(record, got, "the held-out accuracy gap"))
+        if not row["error"]:
+            row.update(correct=float(row["correct"]), gold_margin=gold_margin(row["perplexities"], row["gold"]))
         return row
 
     def score_columns(self, cfg: Any) -> list[str]:
@@ -156,10 +145,5 @@ class HeldoutAccuracy(HeldoutTest):
         """The held-out test on ``gold_margin`` (``HeldoutTest``), the accuracies as ``rate`` / ``reference_rate``."""
         rows = rows_of(table)
         verdict = super().reduce(rows, cfg)
-        own = [r for r in rows if not truthy(r.get("is_reference"))]
-        ref = [r for r in rows if truthy(r.get("is_reference"))]
-        accuracy, n = column_mean(own, "correct")
-        ref_accuracy, n_ref = column_mean(ref, "correct")
-        verdict.rate = accuracy
-        verdict.details.update(rate=accuracy, n_scored=n, reference_rate=ref_accuracy, n_reference_scored=n_ref)
+        with_rates(verdict, rows, "correct")
         return verdict

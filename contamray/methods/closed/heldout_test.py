@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict, decision_at
-from contamray.methods.closed.cell_rows import finite, missing, output_map, row_failed, rows_of, truthy
+from contamray.methods.closed.cell_rows import column_mean, finite, missing, output_map, row_failed, rows_of, truthy
 from contamray.records import Record, benchmark_of
 from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
 from contamray.stats.tests import describe, mann_whitney_greater, mann_whitney_min_p, roc_auc, tpr_at_fpr
@@ -442,6 +442,22 @@ def _resolved(bench: BenchmarkFacts) -> tuple[str, str, str]:
         return (bench.adapter, a.resolve_config(bench.config), a.resolve_split(bench.split))
     except (KeyError, ValueError):
         return (bench.adapter, str(bench.config or ""), str(bench.split or ""))
+
+
+def split_sides(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the partition's rows, the reference's rows)."""
+    return [r for r in rows if not truthy(r.get("is_reference"))], [r for r in rows if truthy(r.get("is_reference"))]
+
+
+def with_rates(verdict: Verdict, rows: list[dict[str, Any]], column: str) -> tuple[float | None, float | None]:
+    """Set ``verdict.rate`` to the partition's mean ``column`` (a share: exact matches, right answers) and put it
+    beside the reference's in ``details`` (``rate``, ``n_scored``, ``reference_rate``, ``n_reference_scored``);
+    returns (rate, reference rate)."""
+    own, ref = split_sides(rows)
+    (rate, n), (ref_rate, n_ref) = column_mean(own, column), column_mean(ref, column)
+    verdict.rate = rate
+    verdict.details.update(rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref)
+    return rate, ref_rate
 
 
 def unit_columns(record: Record) -> dict[str, Any]:

@@ -77,9 +77,9 @@ from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, Output, Outputs, Verdict, register
 from contamray.methods.closed import cell_rows
-from contamray.methods.closed.cell_rows import built, column_mean, finite, rows_of, truthy
+from contamray.methods.closed.cell_rows import built, column_mean, finite, rows_of
 from contamray.methods.closed.greedy_probe import GreedyProbe
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, unit_columns
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, split_sides, unit_columns, with_rates
 from contamray.methods.closed.name_words import Cloze, cloze
 from contamray.methods.closed.ts_guessing import exact_match, in_reply
 from contamray.records import Record
@@ -227,15 +227,12 @@ class NameCloze(GreedyProbe):
         """The held-out test on ``exact_match`` (``HeldoutTest``), with the name-cloze accuracies as ``rate``."""
         rows = rows_of(table)
         verdict = super().reduce(rows, cfg)
-        own = [r for r in rows if not truthy(r.get("is_reference"))]
-        ref = [r for r in rows if truthy(r.get("is_reference"))]
-        rate, n = column_mean(own, "exact_match")
-        ref_rate, n_ref = column_mean(ref, "exact_match")
+        own, ref = split_sides(rows)
+        rate, ref_rate = with_rates(verdict, rows, "exact_match")
+        n, n_ref = verdict.details["n_scored"], verdict.details["n_reference_scored"]
         masked = [finite(r.get("evidence")) for r in own if not r.get("filtered")]
         masked = [e for e in masked if e is not None]
-        verdict.rate = rate
         verdict.details.update(
-            rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref,
             in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
             n_filtered=sum(bool(r.get("filtered")) for r in own),
             person_evidence_share=(sum(e >= 2 for e in masked) / len(masked)) if masked else None,

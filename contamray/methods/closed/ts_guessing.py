@@ -78,10 +78,10 @@ import numpy as np
 
 from contamray.methods.base import Applies, Output, Outputs, Verdict, register
 from contamray.methods.closed import cell_rows
-from contamray.methods.closed.cell_rows import built, column_mean, rows_of, truthy
+from contamray.methods.closed.cell_rows import built, column_mean, rows_of
 from contamray.methods.closed.clean_dirty_eval import gold_index
 from contamray.methods.closed.greedy_probe import GreedyProbe
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, unit_columns
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, split_sides, unit_columns, with_rates
 from contamray.methods.closed.ts_words import CHOOSE, mask_word
 from contamray.metrics.rouge import rouge_l_f1
 from contamray.records import Record
@@ -312,13 +312,10 @@ class _TSGuessing(GreedyProbe):
         """The held-out test on ``exact_match`` (``HeldoutTest``), with the exact-match rates as ``rate``."""
         rows = rows_of(table)
         verdict = super().reduce(rows, cfg)
-        own = [r for r in rows if not truthy(r.get("is_reference"))]
-        ref = [r for r in rows if truthy(r.get("is_reference"))]
-        rate, n = column_mean(own, "exact_match")
-        ref_rate, n_ref = column_mean(ref, "exact_match")
-        verdict.rate = rate
+        own, ref = split_sides(rows)
+        rate, ref_rate = with_rates(verdict, rows, "exact_match")
+        n, n_ref = verdict.details["n_scored"], verdict.details["n_reference_scored"]
         verdict.details.update(
-            rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref,
             in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
             n_filtered=sum(bool(r.get("filtered")) for r in own),
         )  # fmt: skip
