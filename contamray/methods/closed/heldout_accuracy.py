@@ -39,8 +39,8 @@ not waste the rows (the accuracy test is reported beside: ``details.by_column.co
 verdict's ``rate`` and ``details.reference_rate``). ``inconclusive`` as every held-out test (too few rows or
 units, no reference, every margin tied). Applies to multiple-choice benchmarks (``applies.needs_choices``).
 
-Parameters (``conf/method/heldout_accuracy.yaml``): ``template``; ``reference``, ``mode``, ``alpha``, ``units``
-and ``block_rows`` of the held-out test (``HeldoutConfig``).
+Parameters (``conf/method/heldout_accuracy.yaml``): ``template``, ``answer`` and ``separator`` (the format);
+``reference``, ``mode``, ``alpha``, ``units`` and ``block_rows`` of the held-out test (``HeldoutConfig``).
 """
 
 from __future__ import annotations
@@ -56,8 +56,6 @@ from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, Heldo
 from contamray.records import Record
 
 NAME = "heldout_accuracy"
-
-
 ANSWERS = {"option": "{option}", "letter": "{letter}", "letter_option": "{letter}. {option}"}
 
 
