@@ -1,7 +1,7 @@
 """The held-out accuracy gap (``heldout_accuracy``): per-example margins from option scores, and the partition test.
 
 Known answers: hand-built option scores (a right and a wrong answer, their margins; a partition answered surer than
-its held-out is flagged, one answered alike is not), and a real model - the embedded SmolLM2-135M fine-tuned on 24
+its held-out is flagged, one answered alike is not), and a real model - the embedded SmolLM2-135M fine-tuned on 16
 ARC-Challenge questions with their answers - whose seen rows are flagged against a held-out block of the split,
 while two blocks it never saw are not.
 """
@@ -104,9 +104,10 @@ def decide_rows(own: list[dict], reference: list[dict], cfg):
 def test_a_model_fine_tuned_on_questions_with_answers_is_flagged_on_them_and_not_on_unseen_blocks(
     mirror_dir: Path, tmp_path: Path
 ) -> None:
-    """ARC-Challenge test rows 0-23 written as "Question: ...\\nAnswer: <gold option>" (the method's own prompt),
-    6 epochs of the embedded model; rows 24-47 (never trained on) are the held-out. Rows 48-71 against 72-95: both
-    unseen, not flagged. One slice each, not a rate: the rate on public benchmarks under the base model is
+    """ARC-Challenge test rows 0-15 written as "Question: ...\\nAnswer: <gold option>" (the method's own prompt),
+    5 epochs of the embedded model; rows 16-31 (never trained on) are the held-out. Rows 32-47 against 48-63: both
+    unseen, not flagged. Measured (2026-11-28): seen accuracy 1.00 vs 0.44, p = 9e-7; unseen 0.31 vs 0.25,
+    p = 0.19. One slice each, not a rate: the rate on public benchmarks under the base model is
     ``contamray calibrate``'s (README)."""
     from contamray.benchmarks import load_records
     from contamray.engines import resolve_model_path
@@ -114,14 +115,14 @@ def test_a_model_fine_tuned_on_questions_with_answers_is_flagged_on_them_and_not
     from contamray.inject import finetune_causal_lm
     from contamray.validate.calibrate import SharedEngines
 
-    rows = load_records("arc_challenge", n=96, sample="first", mirror_dir=mirror_dir).records
+    rows = load_records("arc_challenge", n=64, sample="first", mirror_dir=mirror_dir).records
 
     def block(a: int, b: int) -> list[Record]:
         return [dataclasses.replace(r, partition=f"{r.partition}:rows{a}-{b - 1}") for r in rows[a:b]]
 
-    seen, held, clean, clean_ref = block(0, 24), block(24, 48), block(48, 72), block(72, 96)
+    seen, held, clean, clean_ref = block(0, 16), block(16, 32), block(32, 48), block(48, 64)
     texts = [f"Question: {r.input}\nAnswer: {r.label}" for r in seen]
-    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, tmp_path / "model", epochs=6, lr=3e-4,
+    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, tmp_path / "model", epochs=5, lr=3e-4,
                               batch_size=4, seed=0, max_length=256)  # fmt: skip
     engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=16)})
     cfg = METHOD.make_config({"reference": "heldout", "units": "rows"})  # ARC's order carries no structure
