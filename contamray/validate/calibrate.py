@@ -2,8 +2,8 @@
 
 ``contamray calibrate`` runs every closed-data partition test (the sharded likelihood test, the
 membership scores, the held-out accuracy gap, guided prompting's Algorithm 1) on ``--slices`` contiguous
-slices of ``--size`` rows,
-spread evenly over each benchmark's split, under one model - by default the embedded base model, on
+slices of ``--size`` rows, spread evenly over each benchmark's split, under one model - by default the embedded
+base model, on
 ARC-Challenge, HellaSwag, MMLU and Winogrande - and prints, per method and benchmark, how many slices were flagged,
 found clean, or left inconclusive. The held-out tests compare each slice with its own held-out block
 of the same split (disjoint seeded random samples of the rows outside the slices; of the slice's topic
