@@ -3,9 +3,8 @@
 ``contamray calibrate`` runs every closed-data partition test (the sharded likelihood test, the
 membership scores, the held-out accuracy gap, guided prompting's Algorithm 1) on ``--slices`` contiguous
 slices of ``--size`` rows, spread evenly over each benchmark's split, under one model - by default the embedded
-base model, on
-ARC-Challenge, HellaSwag, MMLU and Winogrande - and prints, per method and benchmark, how many slices were flagged,
-found clean, or left inconclusive. The held-out tests compare each slice with its own held-out block
+base model, on ARC-Challenge, HellaSwag, MMLU and Winogrande - and prints, per method and benchmark, how many slices
+were flagged, found clean, or left inconclusive. The held-out tests compare each slice with its own held-out block
 of the same split (disjoint seeded random samples of the rows outside the slices; of the slice's topic
 when all its rows share one, as an MMLU slice of one subject: ``heldouts``), as their ``heldout`` mode does.
 
