@@ -4,16 +4,17 @@ A subclass builds the record's probe (``probe``: raises ``Filtered`` when the me
 record out, ``ValueError`` when the record is unusable) and its prompt (``prompt``); this base sends one
 greedy ``generate`` request per probed record (stage 0 only), and gives ``_score_one`` the two steps every
 such row starts with: the probe or the row's ``filtered`` / ``error`` (``built``), then the reply or the
-row's ``error`` (``reply``). The partition decision is ``HeldoutTest``'s.
+row's ``error`` (``reply``). The partition decision is ``HeldoutTest``'s on ``exact_match``, its rate the verdict's;
+``reduce`` adds the share of replies holding the answer (``in_reply``) on both sides and the filtered count.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from contamray.methods.base import Output, Request, Sampling
-from contamray.methods.closed.cell_rows import Filtered
-from contamray.methods.closed.heldout_test import HeldoutTest
+from contamray.methods.base import Output, Request, Sampling, Verdict
+from contamray.methods.closed.cell_rows import Filtered, column_mean, rows_of
+from contamray.methods.closed.heldout_test import HeldoutTest, split_sides
 from contamray.records import Record
 
 
@@ -21,6 +22,18 @@ class GreedyProbe(HeldoutTest):
     """One greedy generate request per probed record, keyed ``<record id>|<key_suffix>``."""
 
     key_suffix: ClassVar[str] = ""
+    rate_column: ClassVar[str | None] = "exact_match"
+
+    def reduce(self, table: Any, cfg: Any) -> Verdict:
+        """``HeldoutTest``'s, with the in-reply shares of both sides and the filtered count in ``details``."""
+        rows = rows_of(table)
+        verdict = super().reduce(rows, cfg)
+        own, ref = split_sides(rows)
+        verdict.details.update(
+            in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
+            n_filtered=sum(bool(r.get("filtered")) for r in own),
+        )  # fmt: skip
+        return verdict
 
     def probe(self, record: Record, cfg: Any) -> Any:
         """The record's probe; ``Filtered`` to leave it out, ``ValueError`` for an unusable record."""

@@ -49,10 +49,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from contamray.methods.base import Applies, Output, Outputs, Request, Verdict, register
-from contamray.methods.closed.cell_rows import rows_of
+from contamray.methods.base import Applies, Output, Outputs, Request, register
 from contamray.methods.closed.clean_dirty_eval import answered, option_requests
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns, with_rates
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.records import Record
 
 NAME = "heldout_accuracy"
@@ -118,6 +117,7 @@ class HeldoutAccuracy(HeldoutTest):
         membership="gold_margin",
     )
     tie_hint: ClassVar[str] = "one margin for every unit"
+    rate_column: ClassVar[str | None] = "correct"  # the accuracies: the verdict's rate and details.reference_rate
 
     def requests(
         self, records: list[Record], cfg: HeldoutAccuracyConfig, stage: int, outputs: dict[str, Output]
@@ -138,10 +138,3 @@ class HeldoutAccuracy(HeldoutTest):
     def score_columns(self, cfg: Any) -> list[str]:
         """Tested beside ``gold_margin`` in ``details["by_column"]`` (never deciding): the accuracy itself."""
         return ["correct"]
-
-    def reduce(self, table: Any, cfg: HeldoutAccuracyConfig) -> Verdict:
-        """The held-out test on ``gold_margin`` (``HeldoutTest``), the accuracies as ``rate`` / ``reference_rate``."""
-        rows = rows_of(table)
-        verdict = super().reduce(rows, cfg)
-        with_rates(verdict, rows, "correct")
-        return verdict

@@ -164,6 +164,10 @@ class HeldoutTest(Method):
     family = "closed"
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
     tie_hint: ClassVar[str] = "one score for every unit"  # what all-tied scores mean, for the inconclusive reason
+    # a 0/1 per-example column whose mean is the verdict's ``rate`` (exact matches, right answers), and its name
+    # opening the summary ("": not named there); None: the verdict has no rate
+    rate_column: ClassVar[str | None] = None
+    rate_label: ClassVar[str] = ""
 
     # plan checks ---------------------------------------------------------------
     def check_reference(self, cfg: HeldoutConfig, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
@@ -283,7 +287,7 @@ class HeldoutTest(Method):
             p_value, statistic, reason, summary = combined
             decision = decision_at(p_value, cfg.alpha, reason)
             details.update(p_value=p_value, summary=f"{summary} -> {decision}" + (" (see reason)" if reason else ""))
-        return Verdict(
+        verdict = Verdict(
             method=self.name,
             partition=partition,
             statistic=float(statistic) if statistic is not None else math.nan,
@@ -295,6 +299,9 @@ class HeldoutTest(Method):
             decision=decision,
             reason=reason,
         )
+        if self.rate_column:
+            _with_rates(verdict, own, ref, self.rate_column, self.rate_label)
+        return verdict
 
     def combine(
         self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Callable[[str, Any], str]
@@ -449,15 +456,17 @@ def split_sides(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
     return [r for r in rows if not truthy(r.get("is_reference"))], [r for r in rows if truthy(r.get("is_reference"))]
 
 
-def with_rates(verdict: Verdict, rows: list[dict[str, Any]], column: str) -> tuple[float | None, float | None]:
-    """Set ``verdict.rate`` to the partition's mean ``column`` (a share: exact matches, right answers) and put it
-    beside the reference's in ``details`` (``rate``, ``n_scored``, ``reference_rate``, ``n_reference_scored``);
-    returns (rate, reference rate)."""
-    own, ref = split_sides(rows)
+def _with_rates(verdict: Verdict, own: list[dict], ref: list[dict], column: str, label: str) -> None:
+    """Set ``verdict.rate`` to the partition's mean ``column``, put it beside the reference's in ``details``
+    (``rate``, ``n_scored``, ``reference_rate``, ``n_reference_scored``) and, with a ``label``, open the summary
+    with both."""
     (rate, n), (ref_rate, n_ref) = column_mean(own, column), column_mean(ref, column)
     verdict.rate = rate
     verdict.details.update(rate=rate, n_scored=n, reference_rate=ref_rate, n_reference_scored=n_ref)
-    return rate, ref_rate
+    if label:
+        shown = "n/a" if rate is None else f"{rate:.0%}"
+        versus = f" vs {ref_rate:.0%} of {n_ref} held-out" if ref_rate is not None else ""
+        verdict.details["summary"] = f"{label} {shown} of {n}{versus}; " + verdict.details.get("summary", "")
 
 
 def unit_columns(record: Record) -> dict[str, Any]:

@@ -77,9 +77,9 @@ from typing import Any, ClassVar
 
 from contamray.methods.base import Applies, Output, Outputs, Verdict, register
 from contamray.methods.closed import cell_rows
-from contamray.methods.closed.cell_rows import built, column_mean, finite, rows_of
+from contamray.methods.closed.cell_rows import built, finite, rows_of
 from contamray.methods.closed.greedy_probe import GreedyProbe
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, split_sides, unit_columns, with_rates
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, split_sides, unit_columns
 from contamray.methods.closed.name_words import Cloze, cloze
 from contamray.methods.closed.ts_guessing import exact_match, in_reply
 from contamray.records import Record
@@ -223,23 +223,15 @@ class NameCloze(GreedyProbe):
         """Tested beside ``exact_match`` in ``details["by_column"]`` (never deciding)."""
         return ["in_reply"]
 
+    rate_label: ClassVar[str] = "name cloze accuracy"
+
     def reduce(self, table: Any, cfg: NameClozeConfig) -> Verdict:
-        """The held-out test on ``exact_match`` (``HeldoutTest``), with the name-cloze accuracies as ``rate``."""
+        """The held-out test on ``exact_match`` (``GreedyProbe``: the name-cloze accuracies as ``rate``), and the
+        share of masked names with person evidence."""
         rows = rows_of(table)
         verdict = super().reduce(rows, cfg)
-        own, ref = split_sides(rows)
-        rate, ref_rate = with_rates(verdict, rows, "exact_match")
-        n, n_ref = verdict.details["n_scored"], verdict.details["n_reference_scored"]
+        own, _ = split_sides(rows)
         masked = [finite(r.get("evidence")) for r in own if not r.get("filtered")]
         masked = [e for e in masked if e is not None]
-        verdict.details.update(
-            in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
-            n_filtered=sum(bool(r.get("filtered")) for r in own),
-            person_evidence_share=(sum(e >= 2 for e in masked) / len(masked)) if masked else None,
-        )  # fmt: skip
-        shown = "n/a" if rate is None else f"{rate:.0%}"
-        versus = f" vs {ref_rate:.0%} of {n_ref} held-out" if ref_rate is not None else ""
-        verdict.details["summary"] = f"name cloze accuracy {shown} of {n}{versus}; " + verdict.details.get(
-            "summary", ""
-        )
+        verdict.details["person_evidence_share"] = (sum(e >= 2 for e in masked) / len(masked)) if masked else None
         return verdict

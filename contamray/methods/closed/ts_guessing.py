@@ -81,7 +81,7 @@ from contamray.methods.closed import cell_rows
 from contamray.methods.closed.cell_rows import built, column_mean, rows_of
 from contamray.methods.closed.clean_dirty_eval import gold_index
 from contamray.methods.closed.greedy_probe import GreedyProbe
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, split_sides, unit_columns, with_rates
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, split_sides, unit_columns
 from contamray.methods.closed.ts_words import CHOOSE, mask_word
 from contamray.metrics.rouge import rouge_l_f1
 from contamray.records import Record
@@ -308,23 +308,17 @@ class _TSGuessing(GreedyProbe):
         """Tested beside ``exact_match`` in ``details["by_column"]`` (never deciding)."""
         return ["in_reply", *(["rouge_l"] if "rouge_l" in self.extra_columns else [])]
 
+    rate_label: ClassVar[str] = "exact match"
+
     def reduce(self, table: Any, cfg: Any) -> Verdict:
-        """The held-out test on ``exact_match`` (``HeldoutTest``), with the exact-match rates as ``rate``."""
+        """The held-out test on ``exact_match`` (``GreedyProbe``: the exact-match rates as ``rate``), and the mean
+        ROUGE-L of both sides when scored."""
         rows = rows_of(table)
         verdict = super().reduce(rows, cfg)
-        own, ref = split_sides(rows)
-        rate, ref_rate = with_rates(verdict, rows, "exact_match")
-        n, n_ref = verdict.details["n_scored"], verdict.details["n_reference_scored"]
-        verdict.details.update(
-            in_reply_rate=column_mean(own, "in_reply")[0], reference_in_reply_rate=column_mean(ref, "in_reply")[0],
-            n_filtered=sum(bool(r.get("filtered")) for r in own),
-        )  # fmt: skip
         if "rouge_l" in self.extra_columns:
+            own, ref = split_sides(rows)
             verdict.details["mean_rouge_l"] = column_mean(own, "rouge_l")[0]
             verdict.details["reference_mean_rouge_l"] = column_mean(ref, "rouge_l")[0]
-        shown = "n/a" if rate is None else f"{rate:.0%}"
-        versus = f" vs {ref_rate:.0%} of {n_ref} held-out" if ref_rate is not None else ""
-        verdict.details["summary"] = f"exact match {shown} of {n}{versus}; " + verdict.details.get("summary", "")
         return verdict
 
 
