@@ -397,6 +397,11 @@ def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
         assert engine.complete([QUESTION], chat_sampling, chat=True) == hf32.complete(
             [QUESTION], chat_sampling, chat=True
         )
+        replies = ["", "Paris"]  # scored after the chat template's user turn: the same ids, the same scores
+        ours, theirs = engine.score([QUESTION] * 2, replies=replies), hf32.score([QUESTION] * 2, replies=replies)
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.token_ids == b.token_ids
+            assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs)) <= CROSS_TOL
         long_text = " ".join([TEXTS[1]] * 50)
         n = engine.count_tokens([long_text])[0]
         assert n > engine.max_context == 1023
@@ -543,6 +548,36 @@ def test_one_batch_keeps_chat_and_raw_requests_apart(hf32: HFEngine) -> None:
     assert (chat.text, raw.text) == (chat_alone.text, raw_alone.text) and chat.text != raw.text
     assert chat.num_tokens == len(template_ids(hf32, QUESTION)) + chat_alone.new_tokens == chat_alone.num_tokens
     assert raw.num_tokens == raw_alone.num_tokens
+
+
+def test_a_reply_is_scored_after_the_user_turn_of_the_chat_template(hf32: HFEngine) -> None:
+    """``score(texts, replies=...)``: the ids are the user turn rendered by the tokenizer's own chat template with
+    the generation prompt, then the reply's ids; the prompt's positions are the same whatever the reply, so a
+    reply's log-probabilities are the scores after the prompt's. Requests carry it (``chat``, ``reply``) through
+    ``answer_requests``; a request without ``chat`` scores its text and reply joined, as one text."""
+    prompt_ids = template_ids(hf32, QUESTION)
+    alone, paris, london = hf32.score([QUESTION] * 3, replies=["", "Paris", "London"])
+    assert alone.token_ids == prompt_ids[1:]  # every token but the first, scored
+    reply_ids = hf32.tokenizer("Paris", add_special_tokens=False)["input_ids"]
+    assert paris.token_ids == prompt_ids[1:] + reply_ids
+    (direct,) = hf32.score_ids([prompt_ids + reply_ids])
+
+    def close(a: list[float], b: list[float]) -> bool:  # batches pad differently: equal to float32 rounding
+        return len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) < 1e-4
+
+    assert close(paris.token_logprobs, direct.token_logprobs)
+    n = len(alone.token_logprobs)
+    assert close(alone.token_logprobs, paris.token_logprobs[:n])
+    assert sum(paris.token_logprobs[n:]) > sum(london.token_logprobs[n:]) + 2  # the instruct model's own answer
+    made = [
+        Request(key="c", record_ids=("r1",), kind="score", text=QUESTION, chat=True, reply="Paris"),
+        Request(key="j", record_ids=("r1",), kind="score", text=QUESTION, reply=" Paris"),
+    ]
+    requests = [Request.from_row(json.loads(json.dumps(r.to_row()))) for r in made]  # as actors receive them
+    assert requests == made
+    chat, joined = answer_requests(hf32, requests)
+    assert close(chat.token_logprobs, paris.token_logprobs)
+    assert close(joined.token_logprobs, hf32.score([QUESTION + " Paris"])[0].token_logprobs)
 
 
 def test_answers_carry_the_truncation(short16: HFEngine, hf32: HFEngine) -> None:

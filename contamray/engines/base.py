@@ -10,11 +10,13 @@ serves every method:
   own generation length in the same call (``token_limits``), so requests that differ only in length
   share a batch; ``sampling.n`` samples per prompt, with their generated token ids, all fixed by
   ``sampling.seed`` whatever else is in the batch;
-- ``score(texts, with_vocab_stats, context_len, stride)``: per-token log-probabilities of each whole
+- ``score(texts, with_vocab_stats, context_len, stride, replies)``: per-token log-probabilities of each whole
   text, the first token excluded (it has no prefix); with ``with_vocab_stats`` also the mean and
   standard deviation of the next-token log-probability over the vocabulary at each scored position
   (Min-K%++ needs them). With ``context_len`` / ``stride`` a longer text is scored in rolling windows
-  over its token ids (``rolling_windows``, ``score_rolling``) instead of being cut.
+  over its token ids (``rolling_windows``, ``score_rolling``) instead of being cut. With ``replies`` each
+  text is a user turn in the chat template (``encode_prompts`` with ``chat``) and its reply follows it
+  (``with_replies``): how an instruct model reads its answers.
 
 Shared by the backends (so they read the same token ids):
 
@@ -150,7 +152,12 @@ class Engine(Protocol):
     ) -> list[Completion]: ...
 
     def score(
-        self, texts: list[str], with_vocab_stats: bool = False, context_len: int = 0, stride: int = 0
+        self,
+        texts: list[str],
+        with_vocab_stats: bool = False,
+        context_len: int = 0,
+        stride: int = 0,
+        replies: Sequence[str] | None = None,
     ) -> list[TokenScores]: ...
 
     def count_tokens(self, texts: list[str]) -> list[int]: ...
@@ -190,6 +197,20 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[l
         return []
     rendered = [chat_text(tokenizer, p) for p in prompts]
     return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+
+
+def with_replies(prompt_ids: list[list[int]], tokenizer: Any, replies: Sequence[str]) -> list[list[int]]:
+    """Each prompt's ids (``encode_prompts`` with ``chat``) followed by its reply's, tokenised alone without special
+    tokens: the sequence an instruct model reads when it answers the prompt with the reply. The prompt's ids are the
+    same whatever the reply, so a reply's tokens are exactly those after its prompt's (as the harness scores a
+    continuation of a chat-rendered context)."""
+    if len(replies) != len(prompt_ids):
+        raise ValueError(f"{len(replies)} replies for {len(prompt_ids)} prompts")
+    for i, r in enumerate(replies):
+        if not isinstance(r, str):
+            raise TypeError(f"reply #{i} is {type(r).__name__}, expected str")
+    tails = tokenizer(list(replies), add_special_tokens=False)["input_ids"] if replies else []
+    return [list(head) + list(tail) for head, tail in zip(prompt_ids, tails, strict=True)]
 
 
 def token_limits(n_prompts: int, sampling: Sampling, max_tokens: Sequence[int] | None, context: int) -> list[int]:

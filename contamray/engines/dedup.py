@@ -7,9 +7,10 @@ answer under its own request key.
 
 Two requests are the same work when the engine would compute the same thing for both:
 
-- **score**: the same text. A score asked with the vocabulary statistics (Min-K%++) serves the plain
-  scores of the same text too (they are the same forward pass; the statistics are dropped from the
-  copies that did not ask for them), so the one request sent asks for them when any sharer does;
+- **score**: the same text, reply and ``chat`` rendering. A score asked with the vocabulary statistics
+  (Min-K%++) serves the plain scores of the same text too (they are the same forward pass; the statistics
+  are dropped from the copies that did not ask for them), so the one request sent asks for them when any
+  sharer does;
 - **generate**: the same prompt, the same sampling parameters (seed included) and the same ``chat``
   wrapping.
 
@@ -31,7 +32,7 @@ def content_key(req: Request) -> tuple[Hashable, ...]:
     """What the engine computes for ``req``, without the owner's bookkeeping (see the module doc)."""
     if req.kind == "generate":
         return ("generate", req.text, req.sampling, req.chat)
-    return ("score", req.text, req.context_len, req.stride)
+    return ("score", req.text, req.reply, req.chat, req.context_len, req.stride)
 
 
 class Dedup:

@@ -17,12 +17,15 @@ What it sends (``httpx``, one request per prompt, at most ``max_concurrent_reque
 - ``score``: prompt log-probabilities, the same positions the local engines score (every token given
   its prefix, the first excluded). ``api: vllm``: the text is tokenised by the server
   (``POST /tokenize``, special tokens added as locally), cut to the context (``TokenScores.truncated``)
-  or split into rolling windows over its ids (``context_len`` / ``stride``, ``base.score_rolling``),
+  or split into rolling windows over its ids (``context_len`` / ``stride``, ``base.score_rolling``);
+  a chat-rendered score (``replies``) is the user turn tokenised by the server through its chat template
+  (``POST /tokenize`` with ``messages`` and the generation prompt) and the reply's ids after it,
   and each id sequence is sent as the prompt of ``POST /v1/completions`` with ``max_tokens: 1`` and
   vLLM's ``prompt_logprobs: 0``: ``choices[0].prompt_logprobs[i][str(id_i)].logprob``.
   ``api: openai``: ``echo: true`` + ``logprobs: 0`` + ``max_tokens: 1`` on the text (the legacy OpenAI
   way, also served by vLLM): ``choices[0].logprobs.token_logprobs[1:usage.prompt_tokens]``; no token
-  ids, no rolling windows (the ids are the server's), and a text longer than the context fails.
+  ids, no rolling windows or chat-rendered scores (the ids are the server's), and a text longer than the
+  context fails.
 - ``api: openai_chat``: a chat-only model (GPT-3.5-turbo, GPT-4 and most hosted chat APIs): every generation
   is ``POST /v1/chat/completions``, a prompt a method meant as raw text included (sent as one user
   message: a chat-only model has no raw completion, so its chat template always applies); there is no
@@ -370,6 +373,16 @@ class HTTPEngine:
                            billable=False)  # fmt: skip
         return [int(t) for t in answer["tokens"]]
 
+    def _tokenize_reply(self, prompt: str, reply: str) -> list[int]:
+        """``prompt`` as one user turn in the server's chat template with the generation prompt, then ``reply``'s
+        ids (no special tokens): ``base.with_replies`` on the server's tokenizer (``api: vllm``, as ``score`` asks)."""
+        turn = self.post("/tokenize", {"model": self.model, "messages": [{"role": "user", "content": prompt}],
+                                       "add_generation_prompt": True, "add_special_tokens": False},
+                         billable=False)  # fmt: skip
+        tail = self.post("/tokenize", {"model": self.model, "prompt": reply, "add_special_tokens": False},
+                         billable=False) if reply else {"tokens": []}  # fmt: skip
+        return [int(t) for t in turn["tokens"]] + [int(t) for t in tail["tokens"]]
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids as the server's tokenizer gives them, special tokens included (``api: vllm``)."""
         return self._map(self._tokenize, list(texts))
@@ -437,19 +450,28 @@ class HTTPEngine:
 
     # ------------------------------------------------------------------ scoring
     def score(
-        self, texts: list[str], with_vocab_stats: bool = False, context_len: int = 0, stride: int = 0
+        self,
+        texts: list[str],
+        with_vocab_stats: bool = False,
+        context_len: int = 0,
+        stride: int = 0,
+        replies: Sequence[str] | None = None,
     ) -> list[TokenScores]:
-        """Prompt log-probabilities of each text (module docstring); a failed text has ``error``."""
+        """Prompt log-probabilities of each text (module docstring); a failed text has ``error``. With ``replies``,
+        each text is a user turn the server renders in the model's chat template (``POST /tokenize`` with
+        ``messages``, the generation prompt added) and its reply's ids follow (``api: vllm`` only)."""
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
         if self.api == "openai_chat":
             raise NotImplementedError(CHAT_ONLY_NO_SCORES.format(name=self.name, where=self.where))
         if self.api == "openai":
-            if context_len:
-                raise NotImplementedError(f"{self.name}: rolling windows need token ids from the server's /tokenize; "
-                                          f"set {self.where}.api=vllm for a vLLM server")  # fmt: skip
+            for needs, what in ((context_len, "rolling windows"), (replies is not None, "chat-rendered scores")):
+                if needs:
+                    raise NotImplementedError(f"{self.name}: {what} need token ids from the server's /tokenize; "
+                                              f"set {self.where}.api=vllm for a vLLM server")  # fmt: skip
             return self._map(self._score_echo, list(texts))
-        encoded = self._map(self._tokenize_or_error, list(texts))
+        jobs: list[Any] = list(texts) if replies is None else list(zip(texts, replies, strict=True))
+        encoded = self._map(self._tokenize_or_error, jobs)
         failed = {i: e for i, e in enumerate(encoded) if isinstance(e, str)}
         ids = [[] if isinstance(e, str) else e for e in encoded]
         limit = self.max_context if self.max_model_len else 2**31  # unknown context: nothing is cut here
@@ -466,9 +488,9 @@ class HTTPEngine:
             results[i] = TokenScores(token_logprobs=[], error=error)
         return results
 
-    def _tokenize_or_error(self, text: str) -> list[int] | str:
+    def _tokenize_or_error(self, job: str | tuple[str, str]) -> list[int] | str:
         try:
-            return self._tokenize(text)
+            return self._tokenize(job) if isinstance(job, str) else self._tokenize_reply(*job)
         except (RequestFailed, KeyError, TypeError, ValueError) as err:
             return str(err)
 

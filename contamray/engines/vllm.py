@@ -67,6 +67,7 @@ from contamray.engines.base import (
     score_rolling,
     token_limits,
     warn_truncated,
+    with_replies,
 )
 from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
 from contamray.engines.wire import Sampling
@@ -216,18 +217,31 @@ class VLLMEngine:
             self._warned_no_template = True
         return encode_prompts(self.tokenizer, prompts, chat)
 
+    def encode_scored(self, texts: Sequence[str], replies: Sequence[str] | None = None) -> list[list[int]]:
+        """The ids ``score`` reads: each text (``encode``), or with ``replies`` each text as a user turn of the chat
+        template followed by its reply (``base.with_replies``)."""
+        if replies is None:
+            return self.encode(texts)
+        return with_replies(self.encode_prompts(texts, chat=True), self.tokenizer, replies)
+
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.encode(texts)]
 
     def score(
-        self, texts: list[str], with_vocab_stats: bool = False, context_len: int = 0, stride: int = 0
+        self,
+        texts: list[str],
+        with_vocab_stats: bool = False,
+        context_len: int = 0,
+        stride: int = 0,
+        replies: Sequence[str] | None = None,
     ) -> list[TokenScores]:
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
+        ids = self.encode_scored(texts, replies)
         if context_len:  # rolling windows over each text's ids: nothing is cut
             check_window(context_len, stride, self.max_context, self.name)
-            return score_rolling(self.score_ids, self.encode(texts), context_len, stride, False)
-        encoded, truncated = keep_head(self.encode(texts), self.max_context)
+            return score_rolling(self.score_ids, ids, context_len, stride, False)
+        encoded, truncated = keep_head(ids, self.max_context)
         warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
         results = self.score_ids(encoded)
         for res, n in zip(results, truncated):

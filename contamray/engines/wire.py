@@ -45,7 +45,10 @@ class Request:
     """One engine call: generate from ``text`` (``kind="generate"``) or score ``text`` (``"score"``).
 
     ``key`` is unique within a (model, method) cell; ``record_ids`` lists the examples it stands for
-    (one, or a whole shard); ``engine`` is the role of the engine that must answer it.
+    (one, or a whole shard); ``engine`` is the role of the engine that must answer it. A score request scores
+    ``text`` followed by ``reply``; with ``chat``, ``text`` is one user turn in the model's chat template with the
+    assistant's generation prompt, and ``reply`` the assistant's answer after it (what an instruct model reads
+    when it gives that answer; the prompt alone: ``reply`` empty).
     """
 
     key: str
@@ -56,7 +59,8 @@ class Request:
     engine: str = "target"
     stage: int = 0
     vocab_stats: bool = False  # score: also return per-position vocabulary mean/std (Min-K%++)
-    chat: bool = False  # generate: wrap ``text`` as a user turn in the model's chat template (when it has one)
+    chat: bool = False  # wrap ``text`` as a user turn in the model's chat template (when it has one), generate or score
+    reply: str = ""  # score: scored after ``text`` (with ``chat``: the assistant's reply to the user turn ``text``)
     # score: a text longer than ``context_len`` tokens is scored in rolling windows over its token ids that
     # advance by ``stride`` (Oren et al. 2023), inside the engine; 0 = the model's context, longer texts cut
     context_len: int = 0
@@ -83,6 +87,7 @@ class Request:
             stage=int(row.get("stage", 0)),
             vocab_stats=bool(row.get("vocab_stats", False)),
             chat=bool(row.get("chat", False)),
+            reply=str(row.get("reply", "") or ""),
             context_len=int(row.get("context_len", 0) or 0),
             stride=int(row.get("stride", 0) or 0),
         )

@@ -45,13 +45,14 @@ def answer_requests(engine: Any, requests: list[Request]) -> list[Output]:
     requests with the same key (e.g. ``<id>|text``) in one batch, with different options. Generations
     are grouped by sampling parameters other than ``max_tokens`` and by ``chat`` (a chat and a raw prompt
     never share a call); each request keeps its own ``max_tokens`` inside the call (per-request sampling:
-    guided prompting's per-example lengths do not split the batch).
+    guided prompting's per-example lengths do not split the batch). A score request scores its text and reply:
+    joined, or with ``chat`` the reply after the text rendered as a user turn (the engine's ``replies``).
     """
     answers: list[Output | None] = [None] * len(requests)
     groups: dict[Any, list[int]] = defaultdict(list)
     for i, req in enumerate(requests):
         shared = dataclasses.replace(req.sampling, max_tokens=0)
-        score_option = (req.vocab_stats, req.context_len, req.stride)
+        score_option = (req.vocab_stats, req.context_len, req.stride, req.chat)
         group = ("generate", (shared, req.chat)) if req.kind == "generate" else ("score", score_option)
         groups[group].append(i)
     for (kind, option), positions in groups.items():
@@ -88,8 +89,10 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
             )
             for r, c in zip(reqs, completions, strict=True)
         ]
-    vocab_stats, context_len, stride = option
-    scores = engine.score(texts, with_vocab_stats=bool(vocab_stats), context_len=context_len, stride=stride)
+    vocab_stats, context_len, stride, chat = option
+    kwargs = {"replies": [r.reply for r in reqs]} if chat else {}
+    texts = texts if chat else [r.text + r.reply for r in reqs]
+    scores = engine.score(texts, with_vocab_stats=bool(vocab_stats), context_len=context_len, stride=stride, **kwargs)
     return [
         Output(key=r.key, error=s.error) if s.error else Output(
             key=r.key,

@@ -41,7 +41,7 @@ BATCH_TOKENS = 8192
 def guessed_tokens(request: Request) -> float:
     """A request's cost in tokens, guessed: its text's tokens, plus those it generates (samples x max_tokens)."""
     generated = request.sampling.n * request.sampling.max_tokens if request.kind == "generate" else 0
-    return guess_tokens(request.text, generated)
+    return guess_tokens(request.text + request.reply, generated)
 
 
 def batched(items: list[tuple[str, Request]], size: int, tokens: int) -> list[list[tuple[str, Request]]]:

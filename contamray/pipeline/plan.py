@@ -444,6 +444,8 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
         if getattr(m.method, "vocab_stats", False):
             _check_vocab_stats(plan, m)
         cfg = m.config()
+        if m.method.scores_text and getattr(cfg, "chat", False):
+            _check_chat_scores(plan, m)
         if "judge" in roles and m.family == "closed":
             _check_judge(plan, m, cfg)
         for bench in plan.benchmarks:
@@ -494,6 +496,19 @@ def _check_vocab_stats(plan: Plan, m: MethodPlan) -> None:
             f"methods.{m.label}: method {m.method_name} cannot run on models.{name} (backend {model.backend}): it "
             f"needs the vocabulary mean and standard deviation of log p at every position, and {reason}; {fix}"
         )
+
+
+def _check_chat_scores(plan: Plan, m: MethodPlan) -> None:
+    """Scores after a chat-rendered prompt need the model's chat template and token ids: a legacy completions API
+    (``api: openai``) has neither (``engines/http.py``)."""
+    for name, model in plan.models.items():
+        if model.backend == "http" and model.engine.get("api") == "openai":
+            raise ConfigError(
+                f"methods.{m.label}.chat: true scores each answer as the reply to a prompt rendered in the model's "
+                f"chat template, and models.{name} (backend http, api: openai) returns neither its chat template nor "
+                f"token ids; set models.{name}.api=vllm for a vLLM server (its /tokenize renders the template), probe "
+                f"a local copy of the weights, or set methods.{m.label}.chat=false"
+            )
 
 
 def _check_judge(plan: Plan, m: MethodPlan, cfg: Any) -> None:
