@@ -28,12 +28,14 @@ def _record(i: int, partition: str, gold: int = 1) -> Record:
                   task="multiple_choice", choices=choices, answer="ABC"[gold], order=i, meta={})  # fmt: skip
 
 
-def _outputs(record: Record, option_logprobs: list[float]) -> dict[str, Output]:
-    """The prompt scored as 3 tokens, each option as one more token of the given log-probability."""
+def _outputs(record: Record, option_logprobs: list[float], tag: str = "") -> dict[str, Output]:
+    """The prompt scored as 3 tokens, each option as one more token of the given log-probability (``tag``: the
+    keys of a second prompt form, ``chat: both``)."""
     prompt = [-1.0, -1.0, -1.0]
-    outs = {f"{record.id}|prompt": Output(key=f"{record.id}|prompt", token_logprobs=prompt)}
+    part = f"{tag}/" if tag else ""
+    outs = {f"{record.id}|{part}prompt": Output(key=f"{record.id}|{part}prompt", token_logprobs=prompt)}
     for k, lp in enumerate(option_logprobs):
-        outs[f"{record.id}|{k}"] = Output(key=f"{record.id}|{k}", token_logprobs=[*prompt, lp])
+        outs[f"{record.id}|{part}{k}"] = Output(key=f"{record.id}|{part}{k}", token_logprobs=[*prompt, lp])
     return outs
 
 
@@ -54,11 +56,17 @@ def test_the_margin_is_the_gold_options_log_probability_over_the_best_other_and_
 
 
 def test_other_formats_list_the_options_and_answer_by_letter_and_a_bad_format_names_the_key() -> None:
-    """A chat model's format written into the template: the options listed with letters, each answer 'B. green'
-    right after the assistant header (no separator)."""
+    """An instruct model's format (``chat``): the question with its options lettered is the user turn (the engine
+    renders it in the model's chat template), each answer 'B. green' the assistant's reply, no separator; the
+    same markup may instead be written into the template (the engines read special tokens in text)."""
     record = _record(0, "b/test")
-    chat = "<|im_start|>user\n{input}\n{choices}<|im_end|>\n<|im_start|>assistant\n"
-    cfg = METHOD.make_config({"template": chat, "answer": "letter_option", "separator": ""})
+    cfg = METHOD.make_config({"template": "{input}\n{choices}", "answer": "letter_option", "chat": True})
+    requests = METHOD.requests([record], cfg, 0, {})
+    assert all(r.kind == "score" and r.chat for r in requests)
+    assert {r.text for r in requests} == {"question 0?\nA. red\nB. green\nC. blue"}
+    assert [r.reply for r in requests] == ["", "A. red", "B. green", "C. blue"]
+    markup = "<|im_start|>user\n{input}\n{choices}<|im_end|>\n<|im_start|>assistant\n"
+    cfg = METHOD.make_config({"template": markup, "answer": "letter_option", "separator": ""})
     prompt, *answers = [r.text for r in METHOD.requests([record], cfg, 0, {})]
     assert prompt == "<|im_start|>user\nquestion 0?\nA. red\nB. green\nC. blue<|im_end|>\n<|im_start|>assistant\n"
     assert answers == [prompt + "A. red", prompt + "B. green", prompt + "C. blue"]
@@ -91,6 +99,41 @@ def test_a_partition_answered_surer_than_its_heldout_is_flagged_and_one_answered
     assert METHOD.settle(decide_rows(alike, reference, cfg), cfg).decision == "clean"
     alone = METHOD.settle(decide_rows(seen, [], cfg), cfg)
     assert alone.decision == "inconclusive" and "reference" in alone.reason
+
+
+def test_both_prompt_forms_decide_by_the_bonferroni_of_their_two_tests() -> None:
+    """``chat: both``: every example asked raw and as a chat turn. A model that learned the answers as chat replies
+    (sure of them in the chat form only) is flagged, at twice the chat form's p; one that answers alike in both
+    forms is clean; the raw form keeps ``chat: false``'s columns, the chat form's get ``_chat``."""
+    cfg = METHOD.make_config({"reference": {"b": "b_ref"}, "chat": "both"})
+    requests = METHOD.requests([_record(0, "b/test")], cfg, 0, {})
+    assert [r.key for r in requests] == ["q0|prompt", "q0|0", "q0|1", "q0|2",
+                                         "q0|chat/prompt", "q0|chat/0", "q0|chat/1", "q0|chat/2"]  # fmt: skip
+    assert [r.chat for r in requests] == [False] * 4 + [True] * 4
+    assert [r.reply for r in requests[4:]] == ["", "red", "green", "blue"]  # no separator before a reply
+
+    guessing = [(-1) ** i * 0.05 * (i % 7) for i in range(30)]
+
+    def side(partition: str, raw: list[float], chat: list[float], start: int) -> list[dict]:
+        rows = []
+        for i, (m_raw, m_chat) in enumerate(zip(raw, chat, strict=True)):
+            record = _record(start + 10 * i, partition)
+            got = _outputs(record, [-1.5, -1.5 + m_raw, -1.6]) | _outputs(record, [-1.5, -1.5 + m_chat, -1.6], "chat")
+            (row,) = METHOD.score([record], got, cfg)
+            rows.append(row)
+        return rows
+
+    reference = side("b/test:ref", guessing, guessing[::-1], 1)
+    learned = side("b/test:rows", guessing[::-1], [1.3 + 0.01 * i for i in range(30)], 0)
+    assert learned[0]["gold_margin_chat"] > 1.2 and learned[0]["correct_chat"] == 1.0 and "gold_chat" not in learned[0]
+    verdict = METHOD.settle(decide_rows(learned, reference, cfg), cfg)
+    chat_p = verdict.details["by_column"]["gold_margin_chat"]["p_value"]
+    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(min(1.0, 2 * chat_p))
+    assert "Bonferroni over the 2 prompt forms" in verdict.details["summary"]
+    alike = side("b/test:rows", guessing[::-1], guessing, 0)
+    assert METHOD.settle(decide_rows(alike, reference, cfg), cfg).decision == "clean"
+    with pytest.raises(ValueError, match=r"methods.heldout_accuracy.chat must be false .* or both"):
+        METHOD.make_config({"chat": "sometimes"})
 
 
 def decide_rows(own: list[dict], reference: list[dict], cfg):

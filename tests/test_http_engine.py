@@ -199,6 +199,16 @@ def test_the_plan_refuses_min_k_plus_plus_on_an_http_model() -> None:
     assert "vocabulary mean and standard deviation" in message and "OpenAI-compatible API" in message
 
 
+def test_the_plan_refuses_chat_rendered_scores_on_a_legacy_completions_api() -> None:
+    base = ("model=[openai_compatible]", "benchmark=[arc_challenge]", "method=[heldout_accuracy]", "corpus=none",
+            "methods.heldout_accuracy.chat=true")  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        plan_of(*base, "models.openai_compatible.api=openai")
+    message = str(err.value)
+    assert "methods.heldout_accuracy.chat" in message and "models.openai_compatible.api=vllm" in message
+    assert plan_of(*base, "models.openai_compatible.api=vllm").methods["heldout_accuracy"]  # the server renders it
+
+
 def test_the_plan_checks_windows_against_the_server_context_or_asks_for_it() -> None:
     base = ("model=[openai_compatible]", "benchmark=[synthetic_facts]", "method=[perplexity]", "corpus=none")
     with pytest.raises(ConfigError, match=r"methods\.perplexity\.context_len: 2048 .* 1023"):
@@ -302,12 +312,12 @@ def test_guided_prompting_through_the_api_equals_the_local_engine(vllm_server: s
 def test_a_chat_only_api_model_skips_the_scoring_methods_with_the_reason() -> None:
     """``api: openai_chat`` (GPT-3.5-turbo and other chat APIs): no prompt log-probabilities, so the plan skips
     the methods that score text on that model, with the reason; the generation methods keep their cells."""
-    plan = plan_of("model=[openai_compatible]", "models.openai_compatible.api=openai_chat",
-                   "benchmark=[synthetic_facts]", "method=[guided_prompting,perplexity,sharded_likelihood]",
-                   "corpus=none")  # fmt: skip
+    methods = "method=[guided_prompting,perplexity,sharded_likelihood,heldout_accuracy]"
+    plan = plan_of("model=[openai_compatible]", "models.openai_compatible.api=openai_chat", "corpus=none",
+                   "benchmark=[arc_challenge]", methods)  # fmt: skip
     assert [c.method for c in plan.cells] == ["guided_prompting"]
     reasons = {c.method: r for c, r in plan.skipped}
-    assert set(reasons) == {"perplexity", "sharded_likelihood"}
+    assert set(reasons) == {"perplexity", "sharded_likelihood", "heldout_accuracy"}
     assert all("openai_chat" in r and "models.openai_compatible" in r for r in reasons.values())
 
 
@@ -336,6 +346,14 @@ def test_prompt_logprobs_equal_the_local_engine(vllm_server: str, hf32, api: str
         for r, lo in zip(remote, local, strict=True):
             assert r.windows == lo.windows and r.token_ids == lo.token_ids
             assert max(abs(a - b) for a, b in zip(r.token_logprobs, lo.token_logprobs)) <= CROSS_TOL
+        # a reply after the user turn the server renders in the model's chat template, as the local engines read it
+        question, replies = ["What is the capital of France?"] * 2, ["", "Paris"]
+        for r, lo in zip(engine.score(question, replies=replies), hf32.score(question, replies=replies), strict=True):
+            assert not r.error and r.token_ids == lo.token_ids
+            assert max(abs(a - b) for a, b in zip(r.token_logprobs, lo.token_logprobs)) <= CROSS_TOL
+    else:
+        with pytest.raises(NotImplementedError, match="chat-rendered scores need token ids"):
+            engine.score(TEXTS[:1], replies=["Paris"])
     with pytest.raises(NotImplementedError, match="Min-K%"):
         engine.score(TEXTS, with_vocab_stats=True)
 

@@ -38,17 +38,13 @@ units, plan checks and instance AUC ``auc_member`` when membership labels exist)
 reference, with fewer than 10 scored rows a side, or when no ranking of the units could reach ``alpha``.
 ``statistic`` is the AUC of partition vs reference; ``details`` has the leaked share of both sides.
 
-Both prompt forms (``chat: both``, not in the paper): a model is peaked on the prompts in the form it was trained
-on - measured on the embedded model, rows leaked as conversations were found with the chat form only (the raw
-form peaked on both sides), and the tool cannot know how a model was contaminated. Each example is asked in both
-forms (the raw form's requests and columns are those of ``chat: false``; the chat form's keys ``<id>|chat/...``
-and columns ``peakedness_chat``, ``leaked_chat``, ...), each form's held-out test is made, and the partition is
-decided by their Bonferroni combination, ``p = min(1, 2 min(p_raw, p_chat))``: valid under the null whatever the
-dependence between the two tests (each is valid; P(min p <= alpha / 2) <= alpha). Inconclusive when neither form
-could reach ``alpha / 2``. A model without a chat template gets the raw text in both forms (the engines warn),
-so both forms repeat one test and the factor 2 is paid for nothing: the summary says so when the two forms
-scored alike on every row (``chat: false`` is then the same test). The factor is kept even then - whether the
-forms agree is itself read from the outputs, and deciding by it would make the level depend on the data.
+Both prompt forms (``chat: both``, not in the paper; ``prompt_forms``): a model is peaked on the prompts in the
+form it was trained on - measured on the embedded model, rows leaked as conversations were found with the chat
+form only (the raw form peaked on both sides), and the tool cannot know how a model was contaminated. Each example
+is asked in both forms (the raw form's requests and columns are those of ``chat: false``; the chat form's keys
+``<id>|chat/...`` and columns ``peakedness_chat``, ``leaked_chat``, ...), and the partition is decided by the
+Bonferroni combination of the two forms' held-out tests (``prompt_forms.combine_forms``: valid whatever their
+dependence; inconclusive when neither form could reach ``alpha / 2``).
 
 Where this departs from the paper or well-known implementations, and why:
 
@@ -71,7 +67,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -80,12 +76,12 @@ from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, 
 from contamray.methods.closed.cell_rows import finite, row_failed, rows_of, truthy
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
+from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option, combine_forms, prompt_forms
 from contamray.records import Record
 
 NAME = "cdd"
 WHERE = f"methods.{NAME}"
-BOTH = "both"  # chat: both prompt forms, tested together (see the module docstring)
-CHAT_COLUMN = "peakedness_chat"  # the chat form's score under chat: both
+CHAT_COLUMN = chat_column("peakedness")  # the chat form's score under chat: both
 
 
 @dataclass
@@ -111,11 +107,7 @@ class Config(HeldoutConfig):
         if self.format == "raw":
             raise ValueError(f"{WHERE}.format: raw is the whole dataset row, answer included - not a prompt to sample "
                              "from; use text or json with fields (the input)")  # fmt: skip
-        if isinstance(self.chat, str) and self.chat.strip().lower() == BOTH:
-            self.chat = BOTH
-        elif not isinstance(self.chat, bool):
-            raise ValueError(f"{WHERE}.chat must be false (raw prompt), true (the model's chat template) or both "
-                             f"(both forms, tested together), got {self.chat!r}")  # fmt: skip
+        self.chat = chat_option(self.chat, WHERE)
         if self.n_samples < 1:
             raise ValueError(f"{WHERE}.n_samples must be >= 1 (the paper: 50), got {self.n_samples}")
         if not self.temperature > 0:
@@ -199,13 +191,6 @@ def _key(record_id: str, kind: str) -> str:
     return f"{record_id}|{kind}"
 
 
-def prompt_forms(cfg: Config) -> tuple[tuple[str, bool], ...]:
-    """(request-key and column tag, chat) of each prompt form asked: the raw form keeps ``chat: false``'s keys."""
-    if cfg.chat == BOTH:
-        return (("", False), ("chat", True))
-    return (("", bool(cfg.chat)),)
-
-
 def _token_ids(got: Mapping[str, Output], key: str, expected: int) -> list[list[int]]:
     """The generated ids of ``key``'s ``expected`` samples; ValueError saying what the engine returned."""
     out = got.get(key)
@@ -249,7 +234,7 @@ class CDD(HeldoutTest):
             if is_empty(record, cfg.fields, cfg.format):
                 continue  # score() reports it
             prompt = serialise(record, cfg.fields, cfg.format)
-            for tag, chat in prompt_forms(cfg):
+            for tag, chat in prompt_forms(cfg.chat):
                 for kind, sampling in (("samples", sampled), ("greedy", greedy)):
                     out.append(Request(key=_key(record.id, f"{tag}/{kind}" if tag else kind), record_ids=(record.id,),
                                        kind="generate", text=prompt, sampling=sampling, chat=chat))  # fmt: skip
@@ -268,7 +253,7 @@ class CDD(HeldoutTest):
         if is_empty(record, cfg.fields, cfg.format):
             row["error"] = empty_message(record, cfg.fields, cfg.format)
             return row
-        for tag, _ in prompt_forms(cfg):
+        for tag, _ in prompt_forms(cfg.chat):
             kind = f"{tag}/" if tag else ""
             try:
                 greedy = _token_ids(got, _key(record.id, f"{kind}greedy"), 1)[0]
@@ -287,37 +272,8 @@ class CDD(HeldoutTest):
 
     def combine(self, cfg: Config, rows: list[dict], results: dict[str, dict[str, Any]],
                 reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (see the module docstring)."""
-        if cfg.chat != BOTH:
-            return None
-        forms = {"peakedness": "raw prompt", CHAT_COLUMN: "chat template"}
-        scored = [r for r in rows if not row_failed(r)]
-        alike = bool(scored) and all(finite(r.get("peakedness")) == finite(r.get(CHAT_COLUMN)) for r in scored)
-        reasons = {c: reason_of(c, replace(cfg, alpha=cfg.alpha / len(forms))) for c in forms}
-        p_values = {c: results[c]["p_value"] for c in forms if results[c].get("p_value") is not None}
-        shared = len(set(reasons.values())) == 1  # the same reason for every form: said once, as the reason
-        parts = []
-        for column in forms:
-            test = results[column]
-            part = f"{forms[column]}: " + (
-                f"AUC {test['auc_vs_reference']:.3f}, p = {test['p_value']:.3g}"
-                if test.get("p_value") is not None else "not tested"
-            )
-            parts.append(part + (f" ({reasons[column]})" if reasons[column] and not shared else ""))
-        best = min(p_values, key=p_values.__getitem__) if p_values else "peakedness"
-        p_value = min(1.0, len(forms) * p_values[best]) if p_values else None
-        how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
-               if p_value is not None else "neither prompt form tested")  # fmt: skip
-        if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
-            how += ("; both forms scored alike on every row - if the model has no chat template, chat: false makes "
-                    "the same test with half the generation and without the factor 2")  # fmt: skip
-        reason = ""
-        if all(reasons.values()):
-            reason = (f"both prompt forms: {reasons['peakedness']}" if shared
-                      else "; ".join(f"{forms[c]}: {reasons[c]}" for c in forms))  # fmt: skip
-        n1 = results["peakedness"]["partition"]["n"]
-        summary = f"{self.name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
-        return p_value, results[best].get("auc_vs_reference"), reason, summary
+        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
+        return combine_forms(self.name, cfg, rows, results, reason_of, "peakedness") if cfg.chat == BOTH else None
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
         """The held-out test on ``peakedness`` (``HeldoutTest.reduce``); ``rate`` is the paper's leaked share."""

@@ -56,11 +56,14 @@ class CleanDirtyConfig:
 
     - ``contamination_from``: label of the run's open-data method that splits the partition (required).
     - ``template``: the prompt; ``{input}`` is the question (each option follows after a space).
+    - ``chat``: the prompt is a user turn in the model's chat template and each option the assistant's reply (an
+      instruct model's format; every engine but an ``api: openai`` / ``openai_chat`` one).
     - ``alpha``: significance level of the one-sided test.
     """
 
     contamination_from: str = ""
     template: str = "Question: {input}\nAnswer:"
+    chat: bool = False
     alpha: float = 0.05
 
     def __post_init__(self) -> None:
@@ -81,17 +84,28 @@ def prompt(record: Record, cfg: CleanDirtyConfig) -> str:
     return cfg.template.replace("{input}", record.input)
 
 
-def option_requests(record: Record, text: str, continuations: Sequence[str] | None = None) -> list[Request]:
+def option_requests(
+    record: Record, text: str, continuations: Sequence[str] | None = None, chat: bool = False, tag: str = ""
+) -> list[Request]:
     """The score requests of one multiple-choice example: its prompt ``text`` alone, and followed by each option's
-    continuation (default: the option after a space; ``choice_perplexities`` reads them); none for an example
-    without options."""
+    continuation (default: the option after a space, or with ``chat`` the option alone; ``choice_perplexities``
+    reads them); none for an example without options. With ``chat`` the prompt is a user turn in the model's chat
+    template and each continuation the assistant's reply (``Request.reply``), as lm-evaluation-harness scores
+    multiple choice with ``--apply_chat_template``. ``tag`` prefixes the keys (a second prompt form of one
+    example, ``prompt_forms``)."""
     if len(record.choices) < 2:
         return []
-    after = continuations if continuations is not None else [f" {choice}" for choice in record.choices]
-    return [Request(_key(record.id, "prompt"), (record.id,), "score", text)] + [
-        Request(_key(record.id, str(k)), (record.id,), "score", f"{text}{continuation}")
-        for k, continuation in enumerate(after)
+    after = continuations if continuations is not None else [
+        choice if chat else f" {choice}" for choice in record.choices
     ]
+
+    def scored(part: str, reply: str) -> Request:  # without chat: one text, the prompt and its continuation joined
+        key = _key(record.id, f"{tag}/{part}" if tag else part)
+        if chat:
+            return Request(key, (record.id,), "score", text, chat=True, reply=reply)
+        return Request(key, (record.id,), "score", text + reply)
+
+    return [scored("prompt", "")] + [scored(str(k), continuation) for k, continuation in enumerate(after)]
 
 
 def gold_index(record: Record) -> int | None:
@@ -119,15 +133,17 @@ def _outputs(outputs: Mapping[str, Output] | Iterable[Any]) -> dict[str, Output]
     return out
 
 
-def choice_perplexities(record: Record, outputs: dict[str, Output]) -> list[float]:
-    """Perplexity of every option given the prompt; raises with the reason when it cannot."""
-    ctx = outputs.get(_key(record.id, "prompt"))
+def choice_perplexities(record: Record, outputs: dict[str, Output], tag: str = "") -> list[float]:
+    """Perplexity of every option given the prompt (the requests of ``option_requests`` with ``tag``); raises with the
+    reason when it cannot."""
+    part = f"{tag}/" if tag else ""
+    ctx = outputs.get(_key(record.id, f"{part}prompt"))
     if ctx is None or ctx.error:
         raise ValueError(f"prompt score missing or failed ({ctx.error if ctx else 'no output'})")
     n = len(ctx.token_logprobs)
     values = []
     for k in range(len(record.choices)):
-        full = outputs.get(_key(record.id, str(k)))
+        full = outputs.get(_key(record.id, f"{part}{k}"))
         if full is None or full.error:
             raise ValueError(f"option {k} score missing or failed ({full.error if full else 'no output'})")
         continuation = full.token_logprobs[n:]
@@ -137,10 +153,10 @@ def choice_perplexities(record: Record, outputs: dict[str, Output]) -> list[floa
     return values
 
 
-def answered(record: Record, outputs: dict[str, Output], what: str) -> dict[str, Any]:
+def answered(record: Record, outputs: dict[str, Output], what: str, tag: str = "") -> dict[str, Any]:
     """One multiple-choice example as the harness scores it: the options' perplexities, the prediction (the lowest;
     ties to the first), the gold option and ``correct`` - or ``error``, naming why it cannot be scored (``what``: the
-    method, for the message)."""
+    method, for the message; ``tag``: the requests' prompt form)."""
     gold = gold_index(record)
     if len(record.choices) < 2:
         return {"error": f"example {record.id!r} of {record.partition!r} has no options; {what} scores "
@@ -148,7 +164,7 @@ def answered(record: Record, outputs: dict[str, Output], what: str) -> dict[str,
     if gold is None:
         return {"error": f"example {record.id!r}: the label {record.label!r} is not one of its options"}
     try:
-        ppl = choice_perplexities(record, outputs)
+        ppl = choice_perplexities(record, outputs, tag)
     except ValueError as err:
         return {"error": f"example {record.id!r}: {err}"}
     prediction = min(range(len(ppl)), key=lambda k: (ppl[k], k))
@@ -198,6 +214,7 @@ class CleanDirtyEval(Method):
     family = "closed"
     Config = CleanDirtyConfig
     engine_roles = ("target",)
+    scores_text = True
 
     def requests(
         self, records: list[Record], cfg: CleanDirtyConfig, stage: int, outputs: dict[str, Output]
@@ -205,7 +222,7 @@ class CleanDirtyEval(Method):
         """Stage 0: score the prompt and prompt + each option (multiple-choice records only)."""
         if stage > 0:
             return []
-        return [r for record in records for r in option_requests(record, prompt(record, cfg))]
+        return [r for record in records for r in option_requests(record, prompt(record, cfg), chat=cfg.chat)]
 
     def score(self, records: list[Record], outputs: Any, cfg: CleanDirtyConfig, **extra: Any) -> list[dict]:
         """One row per example: option perplexities, prediction, gold, correct (or the error)."""

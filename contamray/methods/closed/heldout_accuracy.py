@@ -12,20 +12,24 @@ The gap shows in the format the model learned the answers in, and is small on a 
 (2026-11-28) on the embedded model fine-tuned as a chat model on ARC-Challenge rows 0-59 (its chat template, the
 question with lettered options and an instruction, the reply "C. <option>", the prompt masked from the loss, 3
 epochs among 90 other instructions), against rows 200-259 (8 vs 8 blocks of consecutive rows): the default (the
-harness's prompt, options as continuations) gave accuracy 0.35 vs 0.25, p = 0.22; the model's chat markup with
-lettered options (``answer: letter_option``, no instruction) 0.42 vs 0.28, p = 0.25 - missed both times; scored by
-hand with the training prompt itself, 0.55 vs 0.35. Min-K% flagged that model (p = 0.0035), the other membership
-scores did not; rows 300-359 against 400-459 were clean for every method.
+harness's prompt, options as continuations) gave accuracy 0.35 vs 0.25, p = 0.22, and ``chat: true`` with that
+prompt 0.25 vs 0.17, p = 0.32 - missed; ``chat: true`` with ``template: "{input}\n{choices}"`` and ``answer:
+letter_option`` (the model's own format, no instruction) 0.57 vs 0.30, p = 7.8e-5 (the accuracy test p = 0.0022):
+contaminated, while rows 300-359 against 400-459 stayed clean (0.17 vs 0.27, p = 0.98). Min-K% flagged that model
+(p = 0.0035), the other membership scores did not. When the training format is not known, ``chat: both`` asks the
+raw and the chat form and decides by the Bonferroni of the two (``prompt_forms``).
 
 Per example, as lm-evaluation-harness scores multiple choice (and ``clean_dirty_eval``): each option is scored as a
 continuation of the prompt (``template``, default ``"Question: {input}\\nAnswer:"``, the option after a space); its
 log-likelihood per token is the mean log-probability of its tokens given the prompt; the prediction is the option
 with the highest (the lowest perplexity). Other formats: ``{choices}`` in the template lists the options as
 ``A. <option>`` lines, ``answer`` writes each continuation as the option (``option``), its letter (``letter``, the
-harness's MMLU form) or both (``letter_option``), after ``separator``; a chat model's format is its chat markup
-written into the template (the engines read special tokens in text), e.g. SmolLM2's
-``"<|im_start|>user\\n{input}\\n{choices}<|im_end|>\\n<|im_start|>assistant\\n"`` with ``separator: ""``.
-Columns: ``correct`` (1/0), ``gold_margin`` = the gold option's mean
+harness's MMLU form) or both (``letter_option``), after ``separator`` (default a space). An instruct model's
+format is ``chat: true``: the filled template is one user turn in the model's own chat template with the
+assistant's generation prompt, rendered by the engine (``Request.chat``; over HTTP by the server's ``/tokenize``),
+and each answer is the assistant's reply right after it (no separator by default) - lm-evaluation-harness's
+``--apply_chat_template``. (The markup may also be written into the template by hand: the engines read special
+tokens in text.) Columns: ``correct`` (1/0), ``gold_margin`` = the gold option's mean
 token log-probability minus the best other option's (> 0 exactly when the prediction is correct: the accuracy's
 per-example form, with the model's confidence kept), ``perplexities``, ``prediction`` and ``gold``.
 
@@ -39,7 +43,7 @@ not waste the rows (the accuracy test is reported beside: ``details.by_column.co
 verdict's ``rate`` and ``details.reference_rate``). ``inconclusive`` as every held-out test (too few rows or
 units, no reference, every margin tied). Applies to multiple-choice benchmarks (``applies.needs_choices``).
 
-Parameters (``conf/method/heldout_accuracy.yaml``): ``template``, ``answer`` and ``separator`` (the format);
+Parameters (``conf/method/heldout_accuracy.yaml``): ``template``, ``answer``, ``separator`` and ``chat`` (the format);
 ``reference``, ``mode``, ``alpha``, ``units`` and ``block_rows`` of the held-out test (``HeldoutConfig``).
 """
 
@@ -52,6 +56,7 @@ from typing import Any, ClassVar
 from contamray.methods.base import Applies, Output, Outputs, Request, register
 from contamray.methods.closed.clean_dirty_eval import answered, option_requests
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option, combine_forms, prompt_forms
 from contamray.records import Record
 
 NAME = "heldout_accuracy"
@@ -61,16 +66,19 @@ ANSWERS = {"option": "{option}", "letter": "{letter}", "letter_option": "{letter
 @dataclass
 class HeldoutAccuracyConfig(HeldoutConfig):
     """How each option is asked (``template`` with ``{input}``, the question, and optionally ``{choices}``, the options
-    one per line as ``A. <option>``; each answer written as ``answer`` after ``separator``) and the held-out test's
-    parameters."""
+    one per line as ``A. <option>``; each answer written as ``answer`` after ``separator``: by default a space, or
+    nothing with ``chat``, where the prompt is a user turn in the model's chat template and the answer its reply;
+    ``chat: both`` asks both forms, ``prompt_forms``) and the held-out test's parameters."""
 
     template: str = "Question: {input}\nAnswer:"
     answer: str = "option"
-    separator: str = " "
+    separator: str | None = None
+    chat: bool | str = False
     method_name: ClassVar[str] = NAME
 
     def __post_init__(self) -> None:
         where = f"methods.{NAME}"
+        self.chat = chat_option(self.chat, where)
         if "{input}" not in self.template:
             raise ValueError(f"{where}.template={self.template!r} has no {{input}} placeholder for the question")
         if self.answer not in ANSWERS:
@@ -87,13 +95,15 @@ def letters(record: Record) -> list[str]:
     return own if len(own) == len(record.choices) else [chr(ord("A") + k) for k in range(len(record.choices))]
 
 
-def prompt_and_answers(record: Record, cfg: HeldoutAccuracyConfig) -> tuple[str, list[str]]:
-    """The prompt (``template`` filled) and each option's continuation (``separator`` + ``answer`` filled)."""
+def prompt_and_answers(record: Record, cfg: HeldoutAccuracyConfig, chat: bool) -> tuple[str, list[str]]:
+    """The prompt (``template`` filled) and each option's continuation (``separator`` + ``answer`` filled) in one
+    prompt form (``chat``: the answer is the reply to a chat turn, after no separator by default)."""
     marks = letters(record)
     listed = "\n".join(f"{m}. {c}" for m, c in zip(marks, record.choices, strict=True))
     text = cfg.template.replace("{choices}", listed).replace("{input}", record.input)
     form = ANSWERS[cfg.answer]
-    return text, [cfg.separator + form.replace("{letter}", m).replace("{option}", c)
+    before = cfg.separator if cfg.separator is not None else ("" if chat else " ")
+    return text, [before + form.replace("{letter}", m).replace("{option}", c)
                   for m, c in zip(marks, record.choices, strict=True)]  # fmt: skip
 
 
@@ -110,6 +120,7 @@ class HeldoutAccuracy(HeldoutTest):
     name = NAME
     Config = HeldoutAccuracyConfig
     engine_roles: ClassVar[tuple[str, ...]] = ("target",)
+    scores_text: ClassVar[bool] = True
     applies: ClassVar[Applies] = Applies(needs_choices=True, min_rows=MIN_ROWS)
     outputs = Outputs(
         score="gold_margin",
@@ -122,19 +133,35 @@ class HeldoutAccuracy(HeldoutTest):
     def requests(
         self, records: list[Record], cfg: HeldoutAccuracyConfig, stage: int, outputs: dict[str, Output]
     ) -> list[Request]:
-        """Stage 0: the prompt, and the prompt followed by each option (multiple-choice records only)."""
+        """Stage 0: the prompt, and the prompt followed by each option, in each prompt form (multiple-choice records
+        only)."""
         if stage > 0:
             return []
-        return [r for record in records if len(record.choices) >= 2
-                for r in option_requests(record, *prompt_and_answers(record, cfg))]  # fmt: skip
+        return [
+            r
+            for record in records
+            if len(record.choices) >= 2
+            for tag, chat in prompt_forms(cfg.chat)
+            for r in option_requests(record, *prompt_and_answers(record, cfg, chat), chat=chat, tag=tag)
+        ]
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: HeldoutAccuracyConfig) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "gold_margin": None, "correct": None, "error": ""}
-        row.update(answered(record, got, "the held-out accuracy gap"))
-        if not row["error"]:
-            row.update(correct=float(row["correct"]), gold_margin=gold_margin(row["perplexities"], row["gold"]))
+        for tag, _ in prompt_forms(cfg.chat):
+            answer = answered(record, got, "the held-out accuracy gap", tag)
+            if answer.get("error"):
+                return {**row, "error": answer["error"]}
+            margin = gold_margin(answer["perplexities"], answer["gold"])
+            answer.update(correct=float(answer["correct"]), gold_margin=margin)
+            row.update({chat_column(k) if tag and k != "gold" else k: v for k, v in answer.items()})
         return row
 
     def score_columns(self, cfg: Any) -> list[str]:
-        """Tested beside ``gold_margin`` in ``details["by_column"]`` (never deciding): the accuracy itself."""
-        return ["correct"]
+        """Tested beside ``gold_margin`` in ``details["by_column"]`` (never deciding alone): the accuracy itself, and
+        under ``chat: both`` the chat form's margin and accuracy."""
+        return ["correct"] + ([chat_column("gold_margin"), chat_column("correct")] if cfg.chat == BOTH else [])
+
+    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]],
+                reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
+        return combine_forms(self.name, cfg, rows, results, reason_of, "gold_margin") if cfg.chat == BOTH else None

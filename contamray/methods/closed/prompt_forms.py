@@ -1,0 +1,87 @@
+"""Both prompt forms at once: ``chat: both`` of the held-out tests that ask a model (CDD, the held-out accuracy gap).
+
+A model reacts to what it was trained on in the form it was trained in: rows leaked as raw text show in raw
+prompts, rows leaked as conversations (supervised fine-tuning) in the model's chat template - and the tool cannot
+know how a model was contaminated. ``chat: both`` asks every example in both forms: the raw form keeps the
+requests and columns of ``chat: false``, the chat form's request keys carry the tag ``chat`` and its columns the
+suffix ``_chat``. Each form's held-out test is made, and the partition is decided by their Bonferroni combination
+(``combine_forms``), ``p = min(1, 2 min(p_raw, p_chat))``: valid under the null whatever the dependence between the
+two tests (each is valid; P(min p <= alpha / 2) <= alpha). Inconclusive when neither form could reach ``alpha / 2``.
+A model without a chat template gets the raw text in both forms (the engines warn), so both forms repeat one test:
+the summary says so when the two forms scored alike on every row. The factor 2 is kept even then - whether the
+forms agree is read from the outputs, and deciding by it would make the level depend on the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from contamray.methods.closed.cell_rows import finite, row_failed
+
+BOTH = "both"
+CHAT_TAG = "chat"  # the chat form's request-key tag and (as "_chat") column suffix under chat: both
+FORM_NAMES = ("raw prompt", "chat template")
+
+
+def chat_option(value: Any, where: str) -> bool | str:
+    """``chat`` checked: false (raw prompt), true (the model's chat template) or ``"both"``."""
+    if isinstance(value, str) and value.strip().lower() == BOTH:
+        return BOTH
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}.chat must be false (raw prompt), true (the model's chat template) or both "
+                         f"(both forms, tested together), got {value!r}")  # fmt: skip
+    return value
+
+
+def prompt_forms(chat: bool | str) -> tuple[tuple[str, bool], ...]:
+    """(request-key and column tag, chat) of each form asked: the raw form keeps ``chat: false``'s keys."""
+    if chat == BOTH:
+        return (("", False), (CHAT_TAG, True))
+    return (("", bool(chat)),)
+
+
+def chat_column(column: str) -> str:
+    """The chat form's copy of ``column`` under ``chat: both``."""
+    return f"{column}_{CHAT_TAG}"
+
+
+def combine_forms(
+    name: str,
+    cfg: Any,
+    rows: list[dict],
+    results: dict[str, dict[str, Any]],
+    reason_of: Callable[[str, Any], str],
+    score: str,
+) -> tuple[float | None, float | None, str, str]:
+    """The raw and chat forms' held-out tests of ``score`` (and ``chat_column(score)``), Bonferroni-combined: (p-value,
+    statistic, inconclusive reason, summary) for ``HeldoutTest.combine`` (see the module docstring)."""
+    forms = dict(zip((score, chat_column(score)), FORM_NAMES, strict=True))
+    scored = [r for r in rows if not row_failed(r)]
+    alike = bool(scored) and all(finite(r.get(score)) == finite(r.get(chat_column(score))) for r in scored)
+    reasons = {c: reason_of(c, replace(cfg, alpha=cfg.alpha / len(forms))) for c in forms}
+    p_values = {c: results[c]["p_value"] for c in forms if results[c].get("p_value") is not None}
+    shared = len(set(reasons.values())) == 1  # the same reason for every form: said once, as the reason
+    parts = []
+    for column in forms:
+        test = results[column]
+        part = f"{forms[column]}: " + (
+            f"AUC {test['auc_vs_reference']:.3f}, p = {test['p_value']:.3g}"
+            if test.get("p_value") is not None else "not tested"
+        )  # fmt: skip
+        parts.append(part + (f" ({reasons[column]})" if reasons[column] and not shared else ""))
+    best = min(p_values, key=p_values.__getitem__) if p_values else score
+    p_value = min(1.0, len(forms) * p_values[best]) if p_values else None
+    how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
+           if p_value is not None else "neither prompt form tested")  # fmt: skip
+    if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
+        how += ("; both forms scored alike on every row - if the model has no chat template, chat: false makes "
+                "the same test with half the work and without the factor 2")  # fmt: skip
+    reason = ""
+    if all(reasons.values()):
+        reason = (f"both prompt forms: {reasons[score]}" if shared
+                  else "; ".join(f"{forms[c]}: {reasons[c]}" for c in forms))  # fmt: skip
+    n1 = results[score]["partition"]["n"]
+    summary = f"{name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
+    return p_value, results[best].get("auc_vs_reference"), reason, summary
