@@ -3,7 +3,8 @@
 Known answers: hand-built option scores (a right and a wrong answer, their margins; a partition answered surer than
 its held-out is flagged, one answered alike is not), and a real model - the embedded SmolLM2-135M fine-tuned on 16
 ARC-Challenge questions with their answers - whose seen rows are flagged against a held-out block of the split,
-while two blocks it never saw are not.
+while two blocks it never saw are not; and the same as a chat model (the rows as conversations in its chat template),
+missed by the raw prompt and found by ``chat: both`` through its chat form.
 """
 
 from __future__ import annotations
@@ -143,38 +144,76 @@ def decide_rows(own: list[dict], reference: list[dict], cfg):
     return METHOD.reduce(pd.DataFrame(rows), cfg)
 
 
-@pytest.mark.slow
-def test_a_model_fine_tuned_on_questions_with_answers_is_flagged_on_them_and_not_on_unseen_blocks(
-    mirror_dir: Path, tmp_path: Path
-) -> None:
-    """ARC-Challenge test rows 0-15 written as "Question: ...\\nAnswer: <gold option>" (the method's own prompt),
-    5 epochs of the embedded model; rows 16-31 (never trained on) are the held-out. Rows 32-47 against 48-63: both
-    unseen, not flagged. Measured (2026-11-28): seen accuracy 1.00 vs 0.44, p = 9e-7; unseen 0.31 vs 0.25,
-    p = 0.19. One slice each, not a rate: the rate on public benchmarks under the base model is
-    ``contamray calibrate``'s (README)."""
+def _arc_blocks(mirror_dir: Path) -> tuple[list[Record], ...]:
+    """ARC-Challenge test rows 0-15 (to be seen), 16-31 (their held-out), 32-47 and 48-63 (an unseen pair)."""
     from contamray.benchmarks import load_records
-    from contamray.engines import resolve_model_path
-    from contamray.engines.hf import HFEngine
-    from contamray.inject import finetune_causal_lm
-    from contamray.validate.calibrate import SharedEngines
 
     rows = load_records("arc_challenge", n=64, sample="first", mirror_dir=mirror_dir).records
 
     def block(a: int, b: int) -> list[Record]:
         return [dataclasses.replace(r, partition=f"{r.partition}:rows{a}-{b - 1}") for r in rows[a:b]]
 
-    seen, held, clean, clean_ref = block(0, 16), block(16, 32), block(32, 48), block(48, 64)
-    texts = [f"Question: {r.input}\nAnswer: {r.label}" for r in seen]
-    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, tmp_path / "model", epochs=5, lr=3e-4,
-                              batch_size=4, seed=0, max_length=256)  # fmt: skip
+    return block(0, 16), block(16, 32), block(32, 48), block(48, 64)
+
+
+def _verdicts(texts: list[str], out_dir: Path, cfg, pairs: list[tuple[list[Record], list[Record]]]) -> list:
+    """The embedded model fine-tuned on ``texts`` (5 epochs), and the method's verdict on each (partition,
+    held-out) pair."""
+    from contamray.engines import resolve_model_path
+    from contamray.engines.hf import HFEngine
+    from contamray.inject import finetune_causal_lm
+    from contamray.validate.calibrate import SharedEngines
+
+    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, out_dir, epochs=5, lr=3e-4, batch_size=4,
+                              seed=0, max_length=256)  # fmt: skip
     engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=16)})
+    return [decide(METHOD, cfg, engines.run(METHOD, part, cfg), engines.run(METHOD, ref, cfg)) for part, ref in pairs]
+
+
+@pytest.mark.slow
+def test_a_model_fine_tuned_on_questions_with_answers_is_flagged_on_them_and_not_on_unseen_blocks(
+    mirror_dir: Path, tmp_path: Path
+) -> None:
+    """ARC-Challenge test rows 0-15 written as "Question: ...\nAnswer: <gold option>" (the method's own prompt),
+    5 epochs of the embedded model; rows 16-31 (never trained on) are the held-out. Rows 32-47 against 48-63: both
+    unseen, not flagged. Measured (2026-11-28): seen accuracy 1.00 vs 0.44, p = 9e-7; unseen 0.31 vs 0.25,
+    p = 0.19. One slice each, not a rate: the rate on public benchmarks under the base model is
+    ``contamray calibrate``'s (README)."""
+    seen, held, clean, clean_ref = _arc_blocks(mirror_dir)
+    texts = [f"Question: {r.input}\nAnswer: {r.label}" for r in seen]
     cfg = METHOD.make_config({"reference": "heldout", "units": "rows"})  # ARC's order carries no structure
-
-    def verdict(part: list[Record], ref: list[Record]):
-        return decide(METHOD, cfg, engines.run(METHOD, part, cfg), engines.run(METHOD, ref, cfg))
-
-    flagged = verdict(seen, held)
+    flagged, unseen = _verdicts(texts, tmp_path / "model", cfg, [(seen, held), (clean, clean_ref)])
     assert flagged.decision == "contaminated", (flagged.p_value, flagged.details.get("summary"))
     assert flagged.rate > flagged.details["reference_rate"]
-    unseen = verdict(clean, clean_ref)
+    assert unseen.decision != "contaminated", (unseen.p_value, unseen.details.get("summary"))
+
+
+@pytest.mark.slow
+def test_a_chat_model_fine_tuned_on_conversations_is_flagged_in_its_chat_form(mirror_dir: Path, tmp_path: Path) -> None:
+    """Supervised fine-tuning's form: each of rows 0-15 one conversation in the model's chat template (the user's
+    question with its lettered options, the assistant's "C. <option>"), 5 epochs; ``chat: both`` with that prompt
+    (``template: "{input}\\n{choices}"``, ``answer: letter_option``) flags the rows against 16-31 - by the chat form,
+    whose own test is the surer of the two - and leaves the unseen pair clean. Measured (2026-11-28): raw prompt AUC
+    0.60, p = 0.17 (missed alone); chat template AUC 0.93, p = 2.2e-5; Bonferroni p = 4.3e-5. Unseen pair: raw 0.36,
+    chat 0.24, p = 0.49."""
+    from transformers import AutoTokenizer
+
+    from contamray.engines import resolve_model_path
+    from contamray.methods.closed.heldout_accuracy import prompt_and_answers
+
+    seen, held, clean, clean_ref = _arc_blocks(mirror_dir)
+    cfg = METHOD.make_config({"reference": "heldout", "units": "rows", "chat": "both", "template": "{input}\n{choices}",
+                              "answer": "letter_option"})  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    texts = []
+    for r in seen:
+        prompt, answers = prompt_and_answers(r, cfg, chat=True)
+        gold = r.choices.index(r.label)
+        turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answers[gold]}]
+        texts.append(tokenizer.apply_chat_template(turns, tokenize=False))
+    flagged, unseen = _verdicts(texts, tmp_path / "model", cfg, [(seen, held), (clean, clean_ref)])
+    assert flagged.decision == "contaminated", (flagged.p_value, flagged.details.get("summary"))
+    by_column = flagged.details["by_column"]
+    print("chat SFT:", flagged.details.get("summary"), "| unseen:", unseen.details.get("summary"))
+    assert flagged.p_value == pytest.approx(min(1.0, 2 * by_column["gold_margin_chat"]["p_value"]))  # chat decided
     assert unseen.decision != "contaminated", (unseen.p_value, unseen.details.get("summary"))
