@@ -27,6 +27,13 @@ def test_requests_score_the_prompt_and_each_option(arc):
     assert [q.text for q in first[1:]] == [f"{first[0].text} {c}" for c in arc[0].choices]
     assert method.requests(arc, cfg, 1, {}) == []
     assert method.family == "closed" and method.contamination_source(cfg) == "meteor_recall"
+    # chat: true - the prompt is a user turn of the model's chat template, each option the assistant's reply
+    chat = method.requests(arc, method.make_config({"contamination_from": "meteor_recall", "chat": True}), 0, {})
+    first_chat = [q for q in chat if q.record_ids == (arc[0].id,)]
+    assert [q.key for q in first_chat] == [q.key for q in first] and all(q.chat for q in first_chat)
+    assert {q.text for q in first_chat} == {first[0].text}
+    assert [q.reply for q in first_chat] == ["", *arc[0].choices]  # no space: the reply follows the header
+    assert not any(q.chat or q.reply for q in requests)
 
 
 def test_lowest_perplexity_option_on_a_real_model(arc):
