@@ -207,6 +207,8 @@ def test_the_plan_refuses_chat_rendered_scores_on_a_legacy_completions_api() -> 
     message = str(err.value)
     assert "methods.heldout_accuracy.chat" in message and "models.openai_compatible.api=vllm" in message
     assert plan_of(*base, "models.openai_compatible.api=vllm").methods["heldout_accuracy"]  # the server renders it
+    with pytest.raises(ConfigError, match=r"methods\.heldout_accuracy\.chat: both scores"):  # both forms: the same
+        plan_of(*base[:-1], "methods.heldout_accuracy.chat=both", "models.openai_compatible.api=openai")
 
 
 def test_the_plan_checks_windows_against_the_server_context_or_asks_for_it() -> None:

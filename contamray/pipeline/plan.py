@@ -501,13 +501,14 @@ def _check_vocab_stats(plan: Plan, m: MethodPlan) -> None:
 def _check_chat_scores(plan: Plan, m: MethodPlan) -> None:
     """Scores after a chat-rendered prompt need the model's chat template and token ids: a legacy completions API
     (``api: openai``) has neither (``engines/http.py``)."""
+    chat = m.config().chat
     for name, model in plan.models.items():
         if model.backend == "http" and model.engine.get("api") == "openai":
             raise ConfigError(
-                f"methods.{m.label}.chat: true scores each answer as the reply to a prompt rendered in the model's "
-                f"chat template, and models.{name} (backend http, api: openai) returns neither its chat template nor "
-                f"token ids; set models.{name}.api=vllm for a vLLM server (its /tokenize renders the template), probe "
-                f"a local copy of the weights, or set methods.{m.label}.chat=false"
+                f"methods.{m.label}.chat: {str(chat).lower()} scores each answer as the reply to a prompt rendered in "
+                f"the model's chat template, and models.{name} (backend http, api: openai) returns neither its chat "
+                f"template nor token ids; set models.{name}.api=vllm for a vLLM server (its /tokenize renders the "
+                f"template), probe a local copy of the weights, or set methods.{m.label}.chat=false"
             )
 
 
