@@ -26,6 +26,8 @@ Shared by the backends (so they read the same token ids):
   add_generation_prompt=True)``), then tokenised without adding special tokens again (the template
   writes its own, as ``apply_chat_template(tokenize=True)`` does); a tokenizer without a template
   gets the raw text;
+- ``scored_ids`` / ``with_replies``: what ``score`` reads - the text, or with replies the chat-rendered prompt
+  followed by each reply's ids;
 - ``keep_head`` / ``keep_tail``: a text longer than the context is cut (scored texts keep their
   start, prompts their end) and the number of tokens left out is returned with it, so no cut is
   silent: it reaches ``Output.truncated`` and ``warn_truncated`` logs one warning per call;
@@ -197,6 +199,15 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[l
         return []
     rendered = [chat_text(tokenizer, p) for p in prompts]
     return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+
+
+def scored_ids(engine: Any, texts: Sequence[str], replies: Sequence[str] | None = None) -> list[list[int]]:
+    """The ids a local engine's ``score`` reads: each text (``engine.encode``), or with ``replies`` each text as a
+    user turn of the chat template (``engine.encode_prompts`` with ``chat``) followed by its reply
+    (``with_replies``)."""
+    if replies is None:
+        return engine.encode(texts)
+    return with_replies(engine.encode_prompts(texts, chat=True), engine.tokenizer, replies)
 
 
 def with_replies(prompt_ids: list[list[int]], tokenizer: Any, replies: Sequence[str]) -> list[list[int]]:

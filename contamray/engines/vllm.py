@@ -65,9 +65,9 @@ from contamray.engines.base import (
     keep_head,
     keep_tail,
     score_rolling,
+    scored_ids,
     token_limits,
     warn_truncated,
-    with_replies,
 )
 from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
 from contamray.engines.wire import Sampling
@@ -217,13 +217,6 @@ class VLLMEngine:
             self._warned_no_template = True
         return encode_prompts(self.tokenizer, prompts, chat)
 
-    def encode_scored(self, texts: Sequence[str], replies: Sequence[str] | None = None) -> list[list[int]]:
-        """The ids ``score`` reads: each text (``encode``), or with ``replies`` each text as a user turn of the chat
-        template followed by its reply (``base.with_replies``)."""
-        if replies is None:
-            return self.encode(texts)
-        return with_replies(self.encode_prompts(texts, chat=True), self.tokenizer, replies)
-
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.encode(texts)]
 
@@ -237,7 +230,7 @@ class VLLMEngine:
     ) -> list[TokenScores]:
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
-        ids = self.encode_scored(texts, replies)
+        ids = scored_ids(self, texts, replies)
         if context_len:  # rolling windows over each text's ids: nothing is cut
             check_window(context_len, stride, self.max_context, self.name)
             return score_rolling(self.score_ids, ids, context_len, stride, False)
