@@ -199,6 +199,7 @@ def test_a_chat_model_fine_tuned_on_conversations_is_flagged_in_its_chat_form(mi
     from transformers import AutoTokenizer
 
     from contamray.engines import resolve_model_path
+    from contamray.methods.closed.clean_dirty_eval import gold_index
     from contamray.methods.closed.heldout_accuracy import prompt_and_answers
 
     seen, held, clean, clean_ref = _arc_blocks(mirror_dir)
@@ -208,8 +209,7 @@ def test_a_chat_model_fine_tuned_on_conversations_is_flagged_in_its_chat_form(mi
     texts = []
     for r in seen:
         prompt, answers = prompt_and_answers(r, cfg, chat=True)
-        gold = r.choices.index(r.label)
-        turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answers[gold]}]
+        turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answers[gold_index(r)]}]
         texts.append(tokenizer.apply_chat_template(turns, tokenize=False))
     flagged, unseen = _verdicts(texts, tmp_path / "model", cfg, [(seen, held), (clean, clean_ref)])
     assert flagged.decision == "contaminated", (flagged.p_value, flagged.details.get("summary"))
