@@ -1,17 +1,19 @@
-"""Generation on the transformers backend with and without shared prompt prefixes (``engines/prefix.py``).
+"""Generation and scoring on the transformers backend with and without shared prefixes (``engines/prefix.py``).
 
-Three workloads of the methods' own requests, on the embedded SmolLM2-135M in float32, ``--threads`` torch
+Four workloads of the methods' own requests, on the embedded SmolLM2-135M in float32, ``--threads`` torch
 threads, each answered by ``pipeline.actors.answer_requests`` (as a replica answers a batch) on two engines
 that differ only in ``share_prefixes``:
 
 - guided prompting's completions: guided and general prompts of ``--rows`` ARC-Challenge and as many
   ``synthetic_facts`` rows (instructions of ~60 and ~40 tokens shared per dataset);
 - its judge: the paper's few-shot judge prompt for each ARC row's guided completion (a long shared prefix);
-- CDD: ``--rows`` GSM8K questions, each one greedy request and one request for ``--samples`` samples.
+- CDD: ``--rows`` GSM8K questions, each one greedy request and one request for ``--samples`` samples;
+- multiple-choice scoring: the held-out accuracy gap's score requests for ``--rows`` ARC-Challenge rows (each
+  question alone and with each of its options appended), in the raw form and as chat turns with replies.
 
 Per workload: seconds without and with sharing, their ratio, and how many answers are identical (greedy
-and seeded samples alike: the same tokens are expected). The last line is
-``prefix_sharing_ratio_unshared_over_shared: <x>x``, over the three workloads' total seconds.
+and seeded samples alike: the same tokens are expected; scores: every log-probability within 1e-4). The last line is
+``prefix_sharing_ratio_unshared_over_shared: <x>x``, over the four workloads' total seconds.
 
     python bench/prefix_sharing.py --mirror ../shared/benchmarks [--rows 20 --samples 10 --threads 1]
 """
@@ -52,7 +54,21 @@ def workloads(mirror: Path, rows: int, samples: int, answer) -> dict[str, list]:
     cdd = get_method("cdd")
     cdd_cfg = cdd.make_config({"n_samples": samples, "max_tokens": 24, "seed": 0})
     gsm8k = load_records("gsm8k", mirror_dir=mirror).records[:rows]
-    return {"guided prompting": stage0, "judge": judge, "cdd": cdd.requests(gsm8k, cdd_cfg, 0, {})}
+    accuracy = get_method("heldout_accuracy")
+    raw = accuracy.make_config({"reference": "heldout"})
+    chat = accuracy.make_config({"reference": "heldout", "chat": True, "template": "{input}\n{choices}",
+                                 "answer": "letter_option"})  # fmt: skip
+    scores = accuracy.requests(arc, raw, 0, {}) + accuracy.requests(arc, chat, 0, {})
+    return {"guided prompting": stage0, "judge": judge, "cdd": cdd.requests(gsm8k, cdd_cfg, 0, {}),
+            "multiple-choice scores": scores}  # fmt: skip
+
+
+def same_answer(a, b) -> bool:  # noqa: ANN001 - two Outputs of one request
+    if a.token_logprobs or b.token_logprobs:  # a score: the same numbers to float32 rounding
+        return len(a.token_logprobs) == len(b.token_logprobs) and all(
+            abs(x - y) <= 1e-4 for x, y in zip(a.token_logprobs, b.token_logprobs)
+        )
+    return a.token_ids == b.token_ids
 
 
 def main() -> None:
@@ -82,7 +98,7 @@ def main() -> None:
             answers[share] = answer_requests(engine, requests)
             seconds[share] = time.perf_counter() - start
             total[share] += seconds[share]
-        same = sum(a.token_ids == b.token_ids for a, b in zip(answers[False], answers[True], strict=True))
+        same = sum(same_answer(a, b) for a, b in zip(answers[False], answers[True], strict=True))
         ratio = seconds[False] / seconds[True]
         print(f"{name}: {len(requests)} requests, {seconds[False]:.1f} s read whole, {seconds[True]:.1f} s sharing "
               f"prefixes ({ratio:.2f}x); {same} of {len(requests)} answers identical")  # fmt: skip

@@ -1,9 +1,11 @@
-"""Prompts that start alike are read once (``engines/prefix.py``, ``HFEngine._generate_ids``).
+"""Prompts and texts that start alike are read once (``engines/prefix.py``, ``HFEngine._generate_ids`` and
+``HFEngine._score_shared``).
 
 Known answers: planted groups of prompts sharing a prefix are batched together and apart from each other;
 on the real model, guided prompting's own prompts (two datasets, guided and general instructions) give the
 same greedy completions with and without sharing while the engine reads a fraction of the prompt tokens,
-and a prompt sampled ``n`` times gives the same samples with its prefix read once.
+a prompt sampled ``n`` times gives the same samples with its prefix read once, and multiple-choice texts
+(a question alone and with each option) get the scores of the texts read whole.
 """
 
 from __future__ import annotations
@@ -129,6 +131,65 @@ def test_a_model_whose_generate_takes_no_prefilled_cache_reads_prompts_whole(eng
     assert out == engines[False].complete(prompts, sampling)
 
 
+def score_counting(engines: dict[bool, HFEngine], texts: list[str], **kwargs) -> tuple[dict, dict]:
+    out, read = {}, {}
+    for share, engine in engines.items():
+        with positions_read(engine) as counter:
+            out[share] = engine.score(texts, with_vocab_stats=True, **kwargs)
+        read[share] = counter[0]
+    return out, read
+
+
+def assert_same_scores(shared: list, whole: list) -> None:
+    """The same ids scored, and the same numbers to float32 rounding (a prefix read once sums otherwise)."""
+    assert [s.token_ids for s in shared] == [w.token_ids for w in whole]
+    for s, w in zip(shared, whole, strict=True):
+        for a, b in ((s.token_logprobs, w.token_logprobs), (s.token_mean, w.token_mean), (s.token_std, w.token_std)):
+            assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-4), (a, b)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_multiple_choice_texts_score_as_read_whole_reading_their_question_once(engines, mirror_dir, chat) -> None:
+    """The held-out accuracy gap's requests - each question alone and with each option appended, raw or as a chat
+    turn and reply - share the question: scored with it read once per row group, every text's log-probabilities
+    (and Min-K%++'s vocabulary statistics) are those of the text read whole, for well under half the reading."""
+    method = get_method("heldout_accuracy")
+    form = {"chat": True, "template": "{input}\n{choices}", "answer": "letter_option"} if chat else {}
+    cfg = method.make_config({"reference": "heldout", **form})
+    records = load_records("arc_challenge", mirror_dir=mirror_dir).records[:6]
+    requests = method.requests(records, cfg, 0, {})
+    replies = [r.reply for r in requests] if chat else None
+    out, read = score_counting(engines, [r.text for r in requests], replies=replies)
+    assert_same_scores(out[True], out[False])
+    print("token positions read with / without sharing:", read[True], read[False])
+    assert read[True] < 0.5 * read[False]
+
+
+def test_texts_sharing_nothing_worth_it_are_scored_whole(engines) -> None:
+    texts = ["The first text shares nothing.", "Another text, of another length entirely, here.", "x y"]
+    out, read = score_counting(engines, texts)
+    assert_same_scores(out[True], out[False])
+    assert read[True] == read[False]
+
+
+def test_a_model_whose_decoder_takes_no_cache_scores_texts_whole(engines, caplog) -> None:
+    engine = HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", batch_size=8)
+    decoder = engine.model.get_decoder()
+
+    def without_cache(**kwargs):  # as an architecture that cannot read on from a given cache
+        if kwargs.get("use_cache"):
+            raise TypeError("this model keeps no cache")
+        return decoder(**kwargs)
+
+    engine.model.get_decoder = lambda: without_cache
+    head = "Answer the question about the invented town below in one short sentence, without explanation.\n"
+    texts = [head + "Q: When was Varnholt founded?\nA: 1312", head + "Q: How many people live in Ostrel?\nA: Few"]
+    with caplog.at_level("WARNING", logger="contamray.engines.hf"):
+        out = engine.score(texts, with_vocab_stats=True)
+    assert "texts are scored whole" in caplog.text and not engine._share_prefixes
+    assert_same_scores(out, engines[False].score(texts, with_vocab_stats=True))
+
+
 # Models a user brings are not all Llama-like: position ids from the attention mask (GPT-2, OPT's learned
 # offsets), ALiBi (BLOOM), rotary (GPT-NeoX, Qwen2), multi-query caches (Falcon) each continue from a
 # prefilled cache in their own code. Tiny random-weight models of each, with the embedded tokenizer: their
@@ -165,21 +226,24 @@ def test_other_architectures_share_prefixes_and_score_as_their_model(model_type,
     tokenizer.save_pretrained(tmp_path)
     head = "You are given the first piece of an instance from the test split of a dataset. Finish it exactly. "
     prompts = [head + s for s in ("The capital of France is", "Two plus two is four", "Question: why? Answer:", "x")]
-    out = {}
+    out, scores = {}, {}
     for share in (True, False):
         engine = HFEngine(str(tmp_path), dtype="float32", batch_size=8, share_prefixes=share)
         greedy = engine.complete(prompts, Sampling(max_tokens=8))
         sampled = engine.complete(prompts[:2], Sampling(max_tokens=6, temperature=1.0, n=3, seed=1))
+        scores[share] = engine.score(prompts, with_vocab_stats=True)  # the prompts scored as texts share it too
         out[share] = ([c.sample_ids for c in greedy], [c.sample_ids for c in sampled], engine._share_prefixes)
     assert shareable(engine.encode_prompts(prompts, False)) >= SHARE_MIN  # the prompts do share a prefix
-    assert out[True][2], "sharing fell back to whole prompts"
+    assert out[True][2], "sharing fell back to whole prompts or texts"
     assert out[True][:2] == out[False][:2]
     assert len({tuple(ids[0]) for ids in out[True][0]}) > 1  # the prompts' answers differ: the check is not empty
-    # and its token scores (decoder + output embeddings where they equal the logits) are the model's own
-    for text, scored in zip(prompts, engine.score(prompts, with_vocab_stats=True), strict=True):
-        ids = torch.tensor([engine.encode([text])[0]])
-        with torch.inference_mode():
-            logp = torch.log_softmax(engine.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
-        own = logp.gather(1, ids[0, 1:, None]).squeeze(1)
-        assert torch.allclose(torch.tensor(scored.token_logprobs), own, atol=1e-4)
-        assert torch.allclose(torch.tensor(scored.token_mean), (logp.exp() * logp).sum(-1), atol=1e-4)
+    # and the token scores, prefix read once or not (decoder + output embeddings where they equal the logits), are
+    # the model's own
+    for share in (True, False):
+        for text, scored in zip(prompts, scores[share], strict=True):
+            ids = torch.tensor([engine.encode([text])[0]])
+            with torch.inference_mode():
+                logp = torch.log_softmax(engine.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+            own = logp.gather(1, ids[0, 1:, None]).squeeze(1)
+            assert torch.allclose(torch.tensor(scored.token_logprobs), own, atol=1e-4), share
+            assert torch.allclose(torch.tensor(scored.token_mean), (logp.exp() * logp).sum(-1), atol=1e-4), share

@@ -33,10 +33,12 @@ change logits after the head (Gemma-2 soft-capping, Cohere logit scaling), the e
 load time that ``head(decoder(x))`` reproduces ``model(x).logits`` and otherwise falls back to the
 model's own logits (still reduced chunk by chunk).
 
-Batches are length-bucketed: texts are sorted by token count, batched, and results put back in input
-order, so padding waste is small. Prompts to generate from are batched by the prefixes they share
-(``engines/prefix.py``: the prompts of a method often start with the same instruction), and a shared
-prefix is read once. A batch that runs out of memory is halved and retried down to one
+Prompts to generate from and texts to score are batched by the prefixes they share (``engines/prefix.py``:
+the prompts of a method often start with the same instruction; a multiple-choice method scores each question
+alone and with every option appended), and a shared prefix is read once: its key/value cache is copied to
+every row, which reads only its own rest (``_generate_ids``, ``_score_shared``; the prefix's own positions are
+reduced once). Other texts are length-bucketed: sorted by token count, batched, and results put back in input
+order, so padding waste is small. A batch that runs out of memory is halved and retried down to one
 request (``base.halving``); a text or prompt that does not fit alone fails with the reason, the rest is
 answered. Scoring pads on the right (positions stay 0..n-1), generation on the
 left (what ``generate`` needs for decoder-only models).
@@ -130,6 +132,20 @@ def _require_tokens(encoded: Sequence[Sequence[int]]) -> None:
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"prompt #{i} is empty (no tokens): there is nothing to continue from")
+
+
+def _token_scores(
+    ids: Sequence[int], logprobs: torch.Tensor, means: torch.Tensor | None, stds: torch.Tensor | None, start: int
+) -> TokenScores:
+    """``TokenScores`` of ``ids``: positions ``start ..`` of the reduced log-probabilities (and vocabulary means
+    and standard deviations, when asked for)."""
+    end = start + len(ids)
+    return TokenScores(
+        token_logprobs=logprobs[start:end].tolist(),
+        token_ids=list(ids),
+        token_mean=means[start:end].tolist() if means is not None else [],
+        token_std=stds[start:end].tolist() if stds is not None else [],
+    )
 
 
 class HFEngine:
@@ -241,17 +257,23 @@ class HFEngine:
         return results
 
     def score_ids(self, encoded: list[list[int]], with_vocab_stats: bool = False) -> list[TokenScores]:
-        """Scores of token id sequences (each at most the model's context), batched by length."""
+        """Scores of token id sequences (each at most the model's context): texts sharing a prefix batched
+        together and the prefix read once (``engines/prefix.py``, as prompts to generate from), the rest batched
+        by length."""
         results: list[TokenScores | None] = [None] * len(encoded)
         scorable = [i for i, ids in enumerate(encoded) if len(ids) >= 2]
         for i, ids in enumerate(encoded):
             if len(ids) < 2:
                 results[i] = TokenScores(token_logprobs=[])
-        lengths = [len(encoded[i]) for i in scorable]
+        seqs = [encoded[i] for i in scorable]
+        if self._share_prefixes:
+            batches = prefix_batches(seqs, self.batch_size, new_tokens=0)
+        else:
+            batches = length_buckets([len(s) for s in seqs], self.batch_size)
         with torch.inference_mode():
-            for bucket in length_buckets(lengths, self.batch_size):
-                idx = [scorable[b] for b in bucket]
-                scored = halving(  # out of memory: the bucket is halved and retried, then a text fails alone
+            for batch in batches:
+                idx = [scorable[b] for b in batch]
+                scored = halving(  # out of memory: the batch is halved and retried, then a text fails alone
                     lambda part: self._score_batch([encoded[i] for i in part], with_vocab_stats),
                     idx,
                     lambda _, reason: TokenScores(token_logprobs=[], error=reason),
@@ -262,23 +284,84 @@ class HFEngine:
         return [r for r in results if r is not None]
 
     def _score_batch(self, seqs: list[list[int]], with_stats: bool) -> list[TokenScores]:
+        shared = shareable(seqs) if self._share_prefixes else 0
+        if shared:
+            try:
+                return self._score_shared(seqs, shared, with_stats)
+            except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
+                log.warning("%s: cannot reuse a text prefix's cache (%s); texts are scored whole", self.name, exc)
+                self._share_prefixes = False
         ids, mask = self._pad_right(seqs)
         # Positions 0..n-2 of each sequence predict tokens 1..n-1.
         rows = torch.cat([torch.full((len(s) - 1,), b, dtype=torch.long) for b, s in enumerate(seqs)])
         cols = torch.cat([torch.arange(len(s) - 1) for s in seqs])
         targets = ids[rows, cols + 1].to(self.device)
+        states, _ = self._states(ids, mask)
+        picked = states[rows.to(self.device), cols.to(self.device)]
+        del states
+        lp, mu, sd = self._reduce(picked, targets, with_stats)
+        out, start = [], 0
+        for s in seqs:
+            n = len(s) - 1
+            out.append(_token_scores(s[1:], lp, mu, sd, start))
+            start += n
+        return out
+
+    def _score_shared(self, seqs: list[list[int]], shared: int, with_stats: bool) -> list[TokenScores]:
+        """Texts whose first ``shared`` ids are the same: the prefix is read once (its key/value cache copied to
+        every row, as ``_generate_ids`` does for prompts) and each row reads only its rest, right-padded after
+        the prefix (positions ``shared ..``). The prefix's own positions are reduced once; its last position
+        predicts each row's first own token."""
+        prefix = torch.tensor([seqs[0][:shared]], device=self.device)
+        head_states, cache = self._states(prefix, None, cache=True)
+        cache.batch_repeat_interleave(len(seqs))
+        rest, rest_mask = self._pad_right([s[shared:] for s in seqs])
+        mask = torch.cat([torch.ones_like(rest_mask[:, :1]).expand(-1, shared), rest_mask], dim=1)
+        rest_states, _ = self._states(rest, mask, cache=cache)
+        # row b's targets are its ids shared..: the prefix's last position, then the rest's all but last
+        own = torch.cat([head_states[:, -1:].expand(len(seqs), -1, -1), rest_states], dim=1)
+        rows = torch.cat([torch.full((len(s) - shared,), b, dtype=torch.long) for b, s in enumerate(seqs)])
+        cols = torch.cat([torch.arange(len(s) - shared) for s in seqs])
+        targets = torch.tensor([t for s in seqs for t in s[shared:]], device=self.device)
+        lp, mu, sd = self._reduce(own[rows.to(self.device), cols.to(self.device)], targets, with_stats)
+        del own, rest_states
+        first = self._reduce(head_states[0, : shared - 1], prefix[0, 1:], with_stats)
+        head = _token_scores(seqs[0][1:shared], *first, 0)
+        out, start = [], 0
+        for s in seqs:
+            n = len(s) - shared
+            tail = _token_scores(s[shared:], lp, mu, sd, start)
+            out.append(TokenScores(
+                token_logprobs=head.token_logprobs + tail.token_logprobs,
+                token_ids=list(s[1:]),
+                token_mean=head.token_mean + tail.token_mean,
+                token_std=head.token_std + tail.token_std,
+            ))  # fmt: skip
+            start += n
+        return out
+
+    def _states(self, ids: torch.Tensor, mask: torch.Tensor | None, cache: Any = None) -> tuple[torch.Tensor, Any]:
+        """What the output head reads at every position (the decoder's last hidden states when the head is plain,
+        else the model's logits), and the key/value cache when one is given or asked for (``cache=True``)."""
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if cache is not None:
+            kwargs.update(use_cache=True, past_key_values=None if cache is True else cache)
         if self._fused_head:
-            hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-            picked = hidden[rows.to(self.device), cols.to(self.device)]
-            head: Callable[[torch.Tensor], torch.Tensor] = self.model.get_output_embeddings()
+            out = self.model.get_decoder()(**kwargs)
+            states = out.last_hidden_state
         else:
-            logits_all = self.model(input_ids=ids, attention_mask=mask).logits
-            picked = logits_all[rows.to(self.device), cols.to(self.device)]
-            del logits_all
+            out = self.model(**kwargs)
+            states = out.logits
+        return (states, out.past_key_values) if cache is not None else (states, None)
 
-            def head(x: torch.Tensor) -> torch.Tensor:
-                return x
-
+    def _reduce(
+        self, picked: torch.Tensor, targets: torch.Tensor, with_stats: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Each picked position's target log-probability (and, with ``with_stats``, the vocabulary mean and
+        standard deviation of log p), the output head applied to chunks of positions (module docstring)."""
+        head: Callable[[torch.Tensor], torch.Tensor] = (
+            self.model.get_output_embeddings() if self._fused_head else (lambda x: x)
+        )
         vocab = int(self.model.get_output_embeddings().weight.shape[0])
         per_row = vocab * 4 * (5 if with_stats else 2)  # float32 logits + temporaries
         chunk = max(1, self.chunk_bytes // per_row)
@@ -299,19 +382,7 @@ class HFEngine:
         logprobs = torch.cat(lp_parts).cpu()
         means = torch.cat(mu_parts).cpu() if with_stats else None
         stds = torch.cat(sd_parts).cpu() if with_stats else None
-        out, start = [], 0
-        for s in seqs:
-            n = len(s) - 1
-            out.append(
-                TokenScores(
-                    token_logprobs=logprobs[start : start + n].tolist(),
-                    token_ids=list(s[1:]),
-                    token_mean=means[start : start + n].tolist() if means is not None else [],
-                    token_std=stds[start : start + n].tolist() if stds is not None else [],
-                )
-            )
-            start += n
-        return out
+        return logprobs, means, stds
 
     def _pad_right(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s) for s in seqs)

@@ -1,11 +1,14 @@
-"""Prompts that start alike are read once: batches of shared prefixes for the transformers backend.
+"""Prompts and texts that start alike are read once: batches of shared prefixes for the transformers backend.
 
 vLLM caches the key/value states of prompt prefixes itself (automatic prefix caching); ``HFEngine`` read
 every prompt whole, though the methods send many prompts that start alike: guided prompting's instruction
 (the same ~60 tokens for every example of a dataset, another ~40 for the general prompt), the judge's
-few-shot prompt (hundreds of tokens), and CDD's ``n`` samples of one prompt. This module decides which
-prompts go into one batch so that they share a long prefix; the engine reads the prefix once, copies its
-key/value cache to every row and generates from there (``HFEngine._generate_ids``).
+few-shot prompt (hundreds of tokens), and CDD's ``n`` samples of one prompt; and texts to score that do:
+a multiple-choice method (the held-out accuracy gap, clean-vs-dirty evaluation) scores each question alone
+and with every option appended. This module decides which prompts (or texts) go into one batch so that they
+share a long prefix; the engine reads the prefix once, copies its key/value cache to every row and generates
+(``HFEngine._generate_ids``) or scores (``HFEngine._score_shared``) from there. For scoring, nothing is
+generated (``new_tokens=0``): the cost is the prefix once and each row's padded rest.
 
 ``prefix_batches``: the prompts are sorted by their token ids, so prompts sharing a prefix are neighbours;
 runs of neighbours sharing at least ``SHARE_MIN`` tokens are cut into batches of at most ``batch_size`` by
@@ -14,8 +17,9 @@ step a fixed cost plus one per row (``STEP_COST``, ``ROW_COST``: a step of a sma
 weights whatever the batch, measured on SmolLM2-135M at about 30 prompt tokens' time, each row about 1.2
 more) - so a group is neither split at an arbitrary place (its rows would each read the prefix again) nor
 merged with prompts that share little with it. Prompts with no such neighbour are batched by length, as
-before. In float32, greedy completions and seeded samples are those of the prompts read whole: the same tokens
-on every prompt measured (``tests/test_prefix.py``, ``bench/prefix_sharing.py``: 140 of 140 answers), on the
+before. In float32, scores are those of the texts read whole to float32 rounding (within 1e-4), and greedy
+completions and seeded samples are those of the prompts read whole: the same tokens on every prompt
+measured (``tests/test_prefix.py``, ``bench/prefix_sharing.py``: 140 of 140 answers, 200 of 200 scores), on the
 embedded model and on six other architectures that position and cache tokens in their own ways (GPT-2, OPT,
 BLOOM, GPT-NeoX, Falcon, Qwen2: tiny random-weight models in ``tests/test_prefix.py``). A prefix
 read once and a prefix read per row round differently, though, and in bfloat16 that changes near ties: 60 of
