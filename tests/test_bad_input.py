@@ -388,6 +388,7 @@ def test_an_engine_batch_out_of_memory_reaches_the_one_request_as_its_error():
 
     engine = object.__new__(HFEngine)
     engine.name, engine.batch_size, engine.max_context = "hf:fake", 8, 4096
+    engine._share_prefixes = True  # the default: these texts share no prefix, so they are batched by length
     engine.encode = lambda texts: [[ord(c) for c in t] for t in texts]
     oom = OOM(most=2, huge=200)
 
