@@ -8,7 +8,10 @@ a multiple-choice method (the held-out accuracy gap, clean-vs-dirty evaluation) 
 and with every option appended. This module decides which prompts (or texts) go into one batch so that they
 share a long prefix; the engine reads the prefix once, copies its key/value cache to every row and generates
 (``HFEngine._generate_ids``) or scores (``HFEngine._score_shared``) from there. For scoring, nothing is
-generated (``new_tokens=0``): the cost is the prefix once and each row's padded rest.
+generated (``new_tokens=0``): the cost is the prefix once and each row's padded rest. (vLLM's prefix cache
+serves its generation only: a request asking for prompt log-probabilities skips reading it - vLLM's
+``SamplingParams.skip_reading_prefix_cache``, since cached positions would have none - so ``VLLMEngine`` scores
+each text whole.)
 
 ``prefix_batches``: the prompts are sorted by their token ids, so prompts sharing a prefix are neighbours;
 runs of neighbours sharing at least ``SHARE_MIN`` tokens are cut into batches of at most ``batch_size`` by
