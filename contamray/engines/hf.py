@@ -508,9 +508,7 @@ class HFEngine:
         if shared:
             try:  # (under complete's inference mode)
                 prefix = torch.tensor([seqs[0][:shared]], device=self.device)
-                # the decoder alone when the head is plain (no logits are needed for a prefix)
-                reader = self.model.get_decoder() if self._fused_head else self.model
-                cache = reader(input_ids=prefix, use_cache=True).past_key_values
+                _, cache = self._states(prefix, None, cache=True)  # the decoder alone when the head is plain
                 cache.batch_repeat_interleave(rows)
             except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
                 log.warning("%s: cannot reuse a prompt prefix's cache (%s); prompts are read whole", self.name, exc)
