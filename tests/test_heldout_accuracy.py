@@ -21,6 +21,7 @@ from contamray.records import Record
 from contamray.validate.calibrate import decide
 
 METHOD = get_method("heldout_accuracy")
+EPOCHS = 3  # of the fine-tunes below (5 until 2026-11-28: the same verdicts, both tests measured at 3)
 
 
 def _record(i: int, partition: str, gold: int = 1) -> Record:
@@ -157,15 +158,15 @@ def _arc_blocks(mirror_dir: Path) -> tuple[list[Record], ...]:
 
 
 def _verdicts(texts: list[str], out_dir: Path, cfg, pairs: list[tuple[list[Record], list[Record]]]) -> list:
-    """The embedded model fine-tuned on ``texts`` (5 epochs), and the method's verdict on each (partition,
+    """The embedded model fine-tuned on ``texts`` (``EPOCHS``), and the method's verdict on each (partition,
     held-out) pair."""
     from contamray.engines import resolve_model_path
     from contamray.engines.hf import HFEngine
     from contamray.inject import finetune_causal_lm
     from contamray.validate.calibrate import SharedEngines
 
-    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, out_dir, epochs=5, lr=3e-4, batch_size=4,
-                              seed=0, max_length=256)  # fmt: skip
+    path = finetune_causal_lm(resolve_model_path("smollm2-135m"), texts, out_dir, epochs=EPOCHS, lr=3e-4,
+                              batch_size=4, seed=0, max_length=256)  # fmt: skip
     engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=16)})
     return [decide(METHOD, cfg, engines.run(METHOD, part, cfg), engines.run(METHOD, ref, cfg)) for part, ref in pairs]
 
@@ -175,14 +176,15 @@ def test_a_model_fine_tuned_on_questions_with_answers_is_flagged_on_them_and_not
     mirror_dir: Path, tmp_path: Path
 ) -> None:
     """ARC-Challenge test rows 0-15 written as "Question: ...\nAnswer: <gold option>" (the method's own prompt),
-    5 epochs of the embedded model; rows 16-31 (never trained on) are the held-out. Rows 32-47 against 48-63: both
-    unseen, not flagged. Measured (2026-11-28): seen accuracy 1.00 vs 0.44, p = 9e-7; unseen 0.31 vs 0.25,
-    p = 0.19. One slice each, not a rate: the rate on public benchmarks under the base model is
-    ``contamray calibrate``'s (README)."""
+    3 epochs of the embedded model; rows 16-31 (never trained on) are the held-out. Rows 32-47 against 48-63: both
+    unseen, not flagged. Measured (2026-11-28): seen AUC 0.98, p = 2.0e-6; unseen AUC 0.60, p = 0.18 (after 5
+    epochs: seen accuracy 1.00 vs 0.44, p = 9e-7; unseen 0.31 vs 0.25, p = 0.19). One slice each, not a rate: the
+    rate on public benchmarks under the base model is ``contamray calibrate``'s (README)."""
     seen, held, clean, clean_ref = _arc_blocks(mirror_dir)
     texts = [f"Question: {r.input}\nAnswer: {r.label}" for r in seen]
     cfg = METHOD.make_config({"reference": "heldout", "units": "rows"})  # ARC's order carries no structure
     flagged, unseen = _verdicts(texts, tmp_path / "model", cfg, [(seen, held), (clean, clean_ref)])
+    print("raw:", flagged.details.get("summary"), "| unseen:", unseen.details.get("summary"))
     assert flagged.decision == "contaminated", (flagged.p_value, flagged.details.get("summary"))
     assert flagged.rate > flagged.details["reference_rate"]
     assert unseen.decision != "contaminated", (unseen.p_value, unseen.details.get("summary"))
@@ -191,11 +193,11 @@ def test_a_model_fine_tuned_on_questions_with_answers_is_flagged_on_them_and_not
 @pytest.mark.slow
 def test_a_chat_model_fine_tuned_on_conversations_is_flagged_in_its_chat_form(mirror_dir: Path, tmp_path: Path) -> None:
     """Supervised fine-tuning's form: each of rows 0-15 one conversation in the model's chat template (the user's
-    question with its lettered options, the assistant's "C. <option>"), 5 epochs; ``chat: both`` with that prompt
+    question with its lettered options, the assistant's "C. <option>"), 3 epochs; ``chat: both`` with that prompt
     (``template: "{input}\\n{choices}"``, ``answer: letter_option``) flags the rows against 16-31 - by the chat form,
     whose own test is the surer of the two - and leaves the unseen pair clean. Measured (2026-11-28): raw prompt AUC
-    0.60, p = 0.17 (missed alone); chat template AUC 0.93, p = 2.2e-5; Bonferroni p = 4.3e-5. Unseen pair: raw 0.36,
-    chat 0.24, p = 0.49."""
+    0.55, p = 0.33 (missed alone); chat template AUC 0.94, p = 1.3e-5; Bonferroni p = 2.6e-5. Unseen pair: raw AUC
+    0.53, chat 0.44, p = 0.81 (after 5 epochs: raw 0.60, p = 0.17; chat 0.93, p = 2.2e-5; unseen p = 0.49)."""
     from transformers import AutoTokenizer
 
     from contamray.engines import resolve_model_path
