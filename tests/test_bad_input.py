@@ -289,7 +289,8 @@ def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_mod
     finished (stored with their verdicts): the re-run after the fix reuses them. The broken checkpoint is a
     whole safetensors file whose tensor does not fit the model's config (the plan reads headers and sizes, so a
     file cut short or not safetensors at all is refused before any work: ``test_checkpoint_files.py``); only
-    loading it can tell."""
+    loading it can tell. Loading it again would fail alike (a ``CheckpointError``): the run stops at the replica's
+    first failed start, not after Serve's three."""
     import torch
     from safetensors.torch import save_file
 
@@ -312,8 +313,10 @@ def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_mod
     log = proc.stdout + proc.stderr
     assert proc.returncode == 4, log[-3000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("model error:")]
-    assert line.startswith("model error: model smollm2_135m: its replica could not start: ValueError: "
+    assert line.startswith("model error: model smollm2_135m: its replica could not start: CheckpointError: "
                            "models.smollm2_135m.source: cannot load model")  # fmt: skip
+    # the first failed start stopped it: Serve had two more tries of the same load to go
+    assert "Retrying 2 more time(s)" in log and "failed to start 3 times" not in log, log[-3000:]
     assert "download or convert the checkpoint again" in line and "a re-run reuses them" in line
     finished = [json.loads(p.read_text()) for p in (out / "cells").glob("*/verdict.json")]
     assert [v["model"] for v in finished] == ["smollm2_135m_fp32"], log[-3000:]
@@ -334,6 +337,8 @@ def test_a_failed_deployment_is_reported_by_its_replicas_own_error():
         "are corrupt or incomplete: download or convert the checkpoint again\n"
     )
     assert _last_error(report).startswith("ValueError: models.m.source: cannot load model '/x'")
+    qualified = report.replace("\nValueError: ", "\ncontamray.engines.checkpoint_files.CheckpointError: ")
+    assert _last_error(qualified).startswith("CheckpointError: models.m.source: cannot load model '/x'")
     assert _last_error("Deploying: waiting for resources") == "Deploying: waiting for resources"
     assert _last_error("") == "Serve gave no reason"
 

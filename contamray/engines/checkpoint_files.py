@@ -19,7 +19,9 @@ weight (``check_weight_files``), so the run stops before Ray starts, naming the 
 
 Read per file: the first 8 bytes and the header for safetensors, the zip directory at the end for ``*.bin``:
 a few kilobytes of a 14 GB checkpoint. What this cannot see (a tensor of the wrong shape, bytes flipped inside
-a tensor) is still the loader's to report, from the replica (``engines/hf.py``, ``serve/hosting.py``).
+a tensor) is still the loader's to report, from the replica (``engines/hf.py``, ``serve/hosting.py``), as a
+``CheckpointError``: a failure no retry can mend, so the run stops at the replica's first failed start instead of
+waiting for Serve's other tries.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.safet
 # what a Trainer checkpoint keeps beside the weights (torch.save files, not weights)
 TRAINING_STATE = frozenset({"training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt"})
 FIX = "copy or download the checkpoint again (or save it again with save_pretrained)"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint's files were read and cannot make the model (a tensor that does not fit its config, a corrupt
+    file): loading it again gives the same error, so whoever starts the engine should not try again."""
 
 
 def check_weight_files(path: Path, key: str) -> None:

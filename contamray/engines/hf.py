@@ -69,6 +69,7 @@ from contamray.engines.base import (
     token_limits,
     warn_truncated,
 )
+from contamray.engines.checkpoint_files import CheckpointError
 from contamray.engines.models import context_in_config
 from contamray.engines.prefix import length_buckets, prefix_batches, shareable
 from contamray.engines.tokenizer import TokenizerError, check_vocabulary, load_tokenizer
@@ -193,7 +194,7 @@ class HFEngine:
                 "embedded model name, a local checkpoint directory, or a hub id reachable from here"
             ) from exc
         except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint: safetensors, config and shape errors
-            raise ValueError(
+            raise CheckpointError(
                 f"{where}.source: cannot load model {model_path!r} with transformers ({type(exc).__name__}: "
                 f"{exc}); its files are corrupt or incomplete: download or convert the checkpoint again"
             ) from exc

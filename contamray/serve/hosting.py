@@ -23,7 +23,10 @@ actors.
 
 A replica that dies (out of memory, a lost node, killed) is replaced by Serve; the batches it held are
 sent again (``EnginePool.answer``), and answers do not depend on which replica computed them (greedy
-decoding, per-request seeds).
+decoding, per-request seeds). A replica that cannot start is tried again by Serve (3 times a replica) before
+the deployment is called failed and the run stops naming the model and the engine's error; a checkpoint whose
+files cannot make the model (``engines.checkpoint_files.CheckpointError``) fails every try alike, so the run
+stops at its first failed start.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 from ray import serve
 from ray.serve.schema import ApplicationStatus
 
+from contamray.engines.checkpoint_files import CheckpointError
 from contamray.engines.wire import Request
 from contamray.pipeline.plan import ModelPlan
 
@@ -60,6 +64,8 @@ MERGE_WAIT_S = 0.005  # how long a batch waits for others to join it
 DEPLOY_TIMEOUT_S = 1800.0  # serve.deploy_timeout_s: a replica not up by then (no resources) stops the run
 WAIT_LOG_S = 30.0  # how often a deployment that is not up yet says why
 STATUS_POLL_S = 0.5  # how often a deployment that is not up yet is looked at
+# in a replica's start error, a failure no retry can mend (``engines.checkpoint_files.CheckpointError``)
+PERMANENT = f"{CheckpointError.__name__}: "
 PLACE_WAIT_S = 10.0  # how long a deployment just started may take to show its replicas' resources as taken
 
 
@@ -399,8 +405,11 @@ def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
         status = _app_status(app)
         if status == ApplicationStatus.RUNNING:
             return
-        if status == ApplicationStatus.DEPLOY_FAILED:
-            message = _app_message(app)
+        # Serve tries a replica's constructor again (up to 3 times a replica) before it calls the deployment
+        # failed; a checkpoint that cannot make the model fails every try alike, so its first failure stops the run
+        failed = status == ApplicationStatus.DEPLOY_FAILED
+        message = _app_message(app) if failed or status == ApplicationStatus.DEPLOYING else ""
+        if failed or PERMANENT in message:
             _delete_quietly(app)
             log.error("model %s: Serve's report of the failed deployment %s: %s", pool.name, app, message)
             raise DeployError(f"model {pool.name}: its replica could not start: {_last_error(message)} "
@@ -433,7 +442,9 @@ def _last_error(message: str) -> str:
     the model key and the fix), or the report's first line."""
     lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
     errors = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)]
-    return errors[-1] if errors else (lines[0] if lines else "Serve gave no reason")
+    if not errors:
+        return lines[0] if lines else "Serve gave no reason"
+    return re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=\w+: )", "", errors[-1])  # the class's name, not its module's
 
 
 def _app_status(app: str) -> ApplicationStatus | None:
