@@ -402,21 +402,18 @@ def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
     started = time.monotonic()
     said = started
     while True:
-        status = _app_status(app)
+        status, message = _app_state(app)
         if status == ApplicationStatus.RUNNING:
             return
         # Serve tries a replica's constructor again (up to 3 times a replica) before it calls the deployment
         # failed; a checkpoint that cannot make the model fails every try alike, so its first failure stops the run
-        failed = status == ApplicationStatus.DEPLOY_FAILED
-        message = _app_message(app) if failed or status == ApplicationStatus.DEPLOYING else ""
-        if failed or PERMANENT in message:
+        if status == ApplicationStatus.DEPLOY_FAILED or PERMANENT in message:
             _delete_quietly(app)
             log.error("model %s: Serve's report of the failed deployment %s: %s", pool.name, app, message)
             raise DeployError(f"model {pool.name}: its replica could not start: {_last_error(message)} "
                               f"(Serve application {app}; Serve's full report is in the log above)")  # fmt: skip
         now = time.monotonic()
         if now - started > timeout_s:
-            message = _app_message(app)
             _delete_quietly(app)
             raise DeployError(
                 f"model {pool.name}: its Serve deployment was not up after {timeout_s:.0f} s "
@@ -428,7 +425,7 @@ def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
         if now - said >= WAIT_LOG_S:
             said = now
             log.info("model %s: deployment %s not up after %.0f s: %s", pool.name, app, now - started,
-                     _app_message(app) or "loading")  # fmt: skip
+                     message or "loading")  # fmt: skip
         time.sleep(STATUS_POLL_S)
 
 
@@ -447,10 +444,14 @@ def _last_error(message: str) -> str:
     return re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=\w+: )", "", errors[-1])  # the class's name, not its module's
 
 
-def _app_status(app: str) -> ApplicationStatus | None:
-    """Serve's status of ``app`` (None while the controller does not list it yet)."""
+def _app_state(app: str) -> tuple[ApplicationStatus | None, str]:
+    """Serve's status of ``app`` (None while the controller does not list it yet) and its message and its
+    deployments' (why it is not running; "" when there is none), from one status call."""
     status = serve.status().applications.get(app)
-    return None if status is None else ApplicationStatus(status.status)
+    if status is None:
+        return None, ""
+    words = [status.message] + [d.message for d in status.deployments.values()]
+    return ApplicationStatus(status.status), " ".join(w.strip() for w in words if w and w.strip())
 
 
 def _delete_quietly(app: str) -> None:
@@ -468,18 +469,6 @@ def _still_listed(apps: set[str]) -> bool:
         return bool(apps & set(serve.status().applications))
     except Exception:  # noqa: BLE001 - no Serve any more: nothing is listed
         return False
-
-
-def _app_message(app: str) -> str:
-    """Serve's status message of ``app`` and of its deployments (why it is not running), or ""."""
-    try:
-        status = serve.status().applications.get(app)
-    except Exception:  # noqa: BLE001 - no status: nothing to say
-        return ""
-    if status is None:
-        return ""
-    words = [status.message] + [d.message for d in status.deployments.values()]
-    return " ".join(w.strip() for w in words if w and w.strip())
 
 
 def _cluster_resources() -> dict[str, float]:
