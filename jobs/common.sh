@@ -15,6 +15,7 @@
 #   CONTAMRAY_RUNTIME_ENV_JSON       the job's runtime_env (default: the checkout as working_dir without
 #                                    outputs/.git, plus CONTAMRAY_LOG=INFO); add env_vars such as HF_HOME here
 #   CONTAMRAY_JOBS_DRY_RUN=1         print the ray commands instead of running them
+#   CONTAMRAY_SUBMIT_WAIT_S          how long a submission waits for a just-started head's job agent (120)
 
 CR_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CR_OUTPUT_ROOT="${CONTAMRAY_OUTPUT_ROOT:-/home/ubuntu/contamray-outputs}"
@@ -50,12 +51,25 @@ cr_run() {
 
 # cr_submit ID SCRIPT: submit without waiting (the checkout is uploaded as the working dir). SCRIPT is a
 # shell command line; `ray job submit` quotes each entrypoint word, so it is passed as `sh -c SCRIPT`.
+# A head that has just started may not have its job agent yet: Ray refuses the submission ("No available agent to
+# submit job, please try again later"; no job is created) and it is tried again every 5 s for up to
+# CONTAMRAY_SUBMIT_WAIT_S seconds (default 120). Any other refusal is final.
 cr_submit() {
-  local id="$1" script="$2"
-  cr_run ray job submit --no-wait --submission-id "$id" --working-dir "$CR_REPO" \
-    --runtime-env-json "$CR_RUNTIME_ENV" \
-    --entrypoint-num-cpus "$CR_NUM_CPUS" --entrypoint-resources "$CR_RESOURCES" \
-    -- sh -c "$script"
+  local id="$1" script="$2" out waited=0
+  local cmd=(ray job submit --no-wait --submission-id "$id" --working-dir "$CR_REPO"
+             --runtime-env-json "$CR_RUNTIME_ENV"
+             --entrypoint-num-cpus "$CR_NUM_CPUS" --entrypoint-resources "$CR_RESOURCES" -- sh -c "$script")
+  [ "$CR_DRY_RUN" = 1 ] && { cr_run "${cmd[@]}"; return; }
+  until out="$("${cmd[@]}" 2>&1)"; do
+    if [[ "$out" != *"No available agent to submit job"* ]] || [ "$waited" -ge "${CONTAMRAY_SUBMIT_WAIT_S:-120}" ]; then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    echo "job $id: the head has no job agent yet (Ray: no available agent); submitting again in 5 s" >&2
+    sleep 5
+    waited=$((waited + 5))
+  done
+  printf '%s\n' "$out"
 }
 
 # cr_status ID: PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED (the Jobs SDK; the CLI's text is for people).

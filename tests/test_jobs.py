@@ -165,6 +165,40 @@ def test_scripts_need_a_cluster_address_and_an_absolute_output_root() -> None:
         assert helped.returncode == 0 and "RAY_ADDRESS=http://<head>:8265" in helped.stdout, script
 
 
+def test_a_head_without_its_job_agent_yet_is_submitted_to_again_and_other_refusals_are_final(tmp_path) -> None:
+    """``cr_submit`` against a ``ray`` that refuses as a head just started does (Ray's "No available agent to submit
+    job, please try again later"): tried again after 5 s, then submitted; any other refusal is reported at once,
+    and the agent's absence past ``CONTAMRAY_SUBMIT_WAIT_S`` too."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    (fake / "ray").write_text(
+        "#!/usr/bin/env bash\n"
+        f"echo x >> {calls}\n"
+        f'n=$(wc -l < {calls})\n'
+        'if [ "$n" -le "$REFUSALS" ]; then echo "RuntimeError: Request failed with status code 500: $WHY"; exit 1; fi\n'
+        'echo "Job submitted"\n'
+    )
+    (fake / "ray").chmod(0o755)
+
+    def submit(refusals: int, why: str, wait: str = "120") -> subprocess.CompletedProcess:
+        calls.write_text("")
+        env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", REFUSALS=str(refusals), WHY=why,
+                   CONTAMRAY_SUBMIT_WAIT_S=wait)  # fmt: skip
+        env.pop("CONTAMRAY_JOBS_DRY_RUN", None)
+        return subprocess.run(["bash", "-c", f"set -euo pipefail; source {JOBS / 'common.sh'}; cr_submit id 'true'"],
+                              env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    agent = "No available agent to submit job, please try again later.."
+    proc = submit(1, agent)
+    assert proc.returncode == 0 and "Job submitted" in proc.stdout, proc.stderr
+    assert "no job agent yet" in proc.stderr and len(calls.read_text().splitlines()) == 2
+    proc = submit(1, "Job with submission_id id already exists.")
+    assert proc.returncode != 0 and "already exists" in proc.stderr and len(calls.read_text().splitlines()) == 1
+    proc = submit(9, agent, wait="5")
+    assert proc.returncode != 0 and agent in proc.stderr and len(calls.read_text().splitlines()) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # for real, on a local Ray head with the Jobs API
 
