@@ -518,3 +518,82 @@ def test_reference_ratio_with_the_base_model_as_reference(contaminated_model):
     tab = membership_table(method, config, seen, unseen, {"target": target, "reference": reference})
     v = method.reduce(tab, config)
     assert v.details["auc_member"] >= 0.9 and v.decision == "contaminated", v.details
+
+
+# ----------------------------------------------------------------------------- the chat form (chat: true / both)
+
+QUESTION, ANSWER = "Which gas do plants take in for photosynthesis?", "Carbon dioxide, from the air."
+
+
+def qa(i: int, question: str = QUESTION, answer: str = ANSWER, partition: str = "bench/default/test") -> Record:
+    return Record(id=f"r{i}", partition=partition, input=question, label=answer, reference="",
+                  task="question_answering", order=i)  # fmt: skip
+
+
+def test_the_chat_form_asks_for_the_conversation_and_the_users_turn_alone_and_an_empty_label_says_why():
+    method = get_method("lowercase_ratio")
+    cfg = method.make_config({"chat": "both"})
+    requests = {r.key: r for r in method.requests([qa(0)], cfg, 0, {})}
+    assert set(requests) == {"r0|text@target", "r0|lower@target", "r0|chat/text@target", "r0|chat/text@target/prompt",
+                             "r0|chat/lower@target", "r0|chat/lower@target/prompt"}  # fmt: skip
+    raw, chat = requests["r0|text@target"], requests["r0|chat/text@target"]
+    prompt = requests["r0|chat/text@target/prompt"]
+    assert (raw.text, raw.chat, raw.reply) == (f"{QUESTION}\n{ANSWER}", False, "")
+    assert (chat.text, chat.chat, chat.reply) == (QUESTION, True, ANSWER)
+    assert (prompt.text, prompt.chat, prompt.reply) == (QUESTION, True, "")
+    assert requests["r0|chat/lower@target"].reply == ANSWER.lower()
+    assert {r.key for r in get_method("min_k").requests([qa(0)], get_method("min_k").make_config({}), 0, {})} == {
+        "r0|text@target"
+    }  # the default (the paper's raw form) asks for nothing more
+    unanswered = qa(1, answer="")
+    cfg_chat = get_method("min_k").make_config({"chat": True, "fields": ["input"]})
+    assert get_method("min_k").requests([unanswered], cfg_chat, 0, {}) == []
+    row = get_method("min_k").score([unanswered], {}, cfg_chat)[0]
+    assert row["score"] is None and "its label is empty; set chat: false" in row["error"]
+    with pytest.raises(ValueError, match=r"methods.perplexity.chat must be false .* or both"):
+        get_method("perplexity").make_config({"chat": "yes"})
+
+
+@pytest.mark.slow
+def test_the_chat_form_scores_the_replys_tokens_after_the_chat_rendered_question(base_engine: HFEngine):
+    """Known answer from the model's full softmax: the conversation's ids (the user's turn in the chat template with
+    the generation prompt, then the reply's ids), and the scores of the reply's positions only."""
+    prompt_ids = base_engine.encode_prompts([QUESTION], chat=True)[0]
+    reply_ids = base_engine.tokenizer([ANSWER], add_special_tokens=False)["input_ids"][0]
+    ids = torch.tensor([prompt_ids + reply_ids])
+    with torch.inference_mode():
+        logp = torch.log_softmax(base_engine.model(input_ids=ids).logits[0, :-1].double(), dim=-1)
+    lp = logp.gather(1, ids[0, 1:, None]).squeeze(1).numpy()[len(prompt_ids) - 1 :]
+    assert lp.size == len(reply_ids)
+    engines = {"target": base_engine, "reference": base_engine}
+    rows = {}
+    for name in ("perplexity", "min_k", "zlib_ratio"):
+        method = get_method(name)
+        out, _, _ = run_stages(method, [qa(0)], method.make_config({"chat": "both"}), engines)
+        assert out[0]["error"] == "", out[0]["error"]
+        rows[name] = out[0]
+    assert rows["perplexity"]["score_chat"] == pytest.approx(lp.mean(), abs=2e-3)
+    assert rows["perplexity"]["n_tokens_chat"] == len(reply_ids)
+    assert rows["min_k"]["score_chat"] == pytest.approx(np.sort(lp)[: max(1, int(0.2 * lp.size))].mean(), abs=2e-3)
+    assert rows["zlib_ratio"]["score_chat"] == pytest.approx(lp.mean() / len(zlib.compress(ANSWER.encode())), abs=1e-4)
+    raw_lp, _, _ = naive(base_engine, f"{QUESTION}\n{ANSWER}")
+    assert rows["perplexity"]["score"] == pytest.approx(raw_lp.mean(), abs=2e-3)  # the raw form beside it
+
+
+def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
+    method = get_method("min_k")
+    cfg = method.make_config({"reference": "heldout", "units": "rows", "chat": "both"})
+
+    def side(partition: str, raw: list[float], chat: list[float], reference: bool) -> list[dict]:
+        return [{"record_id": f"{partition}{i}", "partition": partition, "score": a, "score_chat": b, "error": "",
+                 "is_reference": reference} for i, (a, b) in enumerate(zip(raw, chat, strict=True))]  # fmt: skip
+
+    flat = [float(i % 5) for i in range(12)]
+    learned = side(OWN, flat, [10.0 + i for i in range(12)], False)  # surer in the chat form only
+    reference = side(HELDOUT, flat[::-1], [float(i) for i in range(12)], True)
+    verdict = method.settle(method.reduce(pd.DataFrame(learned + reference), cfg), cfg)
+    chat_p = verdict.details["by_column"]["score_chat"]["p_value"]
+    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(min(1.0, 2 * chat_p))
+    assert "Bonferroni over the 2 prompt forms" in verdict.details["summary"]
+    alike = side(OWN, flat, [float(i) for i in range(12)][::-1], False)
+    assert method.settle(method.reduce(pd.DataFrame(alike + reference), cfg), cfg).decision == "clean"

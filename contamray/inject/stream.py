@@ -16,7 +16,9 @@ examples separated by a blank line; ``raw``: the dataset's own row, ``Record.sou
 JSON-lines file), so a row leaked as a JSON line is probed in the same form.
 ``chat`` renders each row as a conversation with the base model's own chat template (``ChatRenderer``,
 built from its tokenizer by ``inject.prepare``): the input as the user's turn, the label as the assistant's
-reply, conversations one per line - supervised fine-tuning data, which no method probes in that form.
+reply, conversations one per line - supervised fine-tuning data (probed in its own form by the methods with
+``chat: both``: CDD and the held-out accuracy gap; trained on every token, it shows in the raw form's membership
+scores too - ``membership_scores``).
 
 The stream is trained as one packed text (units joined by a blank line) cut into fixed-length token
 blocks - the way pre-training corpora are packed - so no compute is spent on padding, and a block may

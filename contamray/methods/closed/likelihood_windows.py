@@ -30,8 +30,11 @@ def score_request(
     vocab_stats: bool = False,
     engine: str = "target",
     stage: int = 0,
+    reply: str | None = None,
 ) -> Request:
-    """The score request of ``text``: windowed by the engine when longer than ``context_len`` tokens."""
+    """The score request of ``text``: windowed by the engine when longer than ``context_len`` tokens. With a
+    ``reply`` (``""`` included), ``text`` is a user turn rendered by the model's chat template and the reply follows
+    it (``Request.chat``)."""
     return Request(
         key=key,
         record_ids=record_ids,
@@ -42,6 +45,8 @@ def score_request(
         vocab_stats=vocab_stats,
         context_len=context_len,
         stride=stride,
+        chat=reply is not None,
+        reply=reply or "",
     )
 
 

@@ -30,6 +30,22 @@ The text of an example is its configured ``fields`` (``likelihood_text``). A tex
 ``context_len`` tokens is scored by the engine in rolling windows over its token ids, like the sharded
 test (``likelihood_windows``: one request, ``Output.n_windows``), so no token is cut off.
 
+Prompt forms (``chat``, not in the papers, which score raw text): ``chat: false`` (the default) scores the
+serialised ``fields``. ``chat: true`` writes the example as a conversation - its input the user's turn in the
+model's chat template (with the assistant's generation prompt), its label the assistant's reply, as supervised
+fine-tuning data and an injected row of ``format: chat`` are written - and scores the reply's tokens only (one
+request for the conversation and one for the user's turn alone, whose length says where the reply starts; the zlib
+ratio compresses the reply). ``chat: both`` scores both forms and decides by the Bonferroni combination of their
+held-out tests (``prompt_forms``; columns of the chat form end in ``_chat``). Why: a chat model tuned with the loss on
+its replies only learns the answers given the rendered question, not the raw text. Measured by hand (2026-11-29,
+the embedded model, 16 ARC-Challenge and 16 GSM8K rows as conversations, 3 epochs at lr 3e-4, rows 16-31 the
+held-out, Mann-Whitney p): loss on the replies only - ARC raw form Min-K% p = 0.17, Min-K%++ 0.87, perplexity 0.037;
+chat form 7.7e-7 for all three (the smallest p of 16 against 16); GSM8K (long solutions) raw 4.9e-4 / 3.0e-5 /
+9.4e-6, chat 7.7e-7; loss on every token of the conversation - raw ARC Min-K% 1.2e-4, GSM8K 7.7e-7: the raw form
+finds it too. Unseen pairs (rows 32-47 against 48-63, both forms): p >= 0.12 after the replies-only tune; after
+the all-token tune one of 8 at 0.04 (the chat form's perplexity on ARC), the others >= 0.17. Not yet a test on a
+fine-tuned model in the suite (the forms' arithmetic and decision are: ``tests/test_membership_scores.py``).
+
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
 ranked against those of a held-out partition of the same benchmark known unseen, over sampling units
@@ -49,6 +65,7 @@ Where this departs from the authors' code, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -62,6 +79,7 @@ from contamray.methods.closed.cell_rows import output_map
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
 from contamray.methods.closed.likelihood_windows import Scored, read_scored, score_request
+from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option, combine_forms, prompt_forms
 from contamray.records import Record
 
 SIGMA_FLOOR = 1e-6
@@ -77,10 +95,12 @@ class MembershipConfig(HeldoutConfig):
     format: str = "text"
     context_len: int = 2048
     stride: int = 1024
+    chat: bool | str = False  # true: the example as a conversation (input: user, label: assistant); both: both forms
 
     def __post_init__(self) -> None:
         where = f"methods.{self.method_name}"
         self.fields = check_fields(self.fields, self.format, where)
+        self.chat = chat_option(self.chat, where)
         if self.context_len < 2 or not 0 < self.stride < self.context_len:
             raise ValueError(
                 f"{where}: need context_len >= 2 and 0 < stride < context_len, got {self.context_len} / {self.stride}"
@@ -164,15 +184,37 @@ def zlib_bytes(text: str) -> int:
 
 @dataclass(frozen=True)
 class Variant:
-    """One text of an example scored on one engine (e.g. the lowercased text, or the reference model)."""
+    """One text of an example scored on one engine (e.g. the lowercased text, or the reference model). With a
+    ``reply`` (the chat form) ``text`` is the user's turn in the model's chat template and the reply's tokens are
+    the ones scored."""
 
     name: str  # "text", "lower"
     engine: str  # "target", "reference"
     text: str
     vocab_stats: bool = False
+    reply: str | None = None
+    tag: str = ""  # the prompt form's request-key tag (``prompt_forms``): "" or "chat"
 
     def base(self, record_id: str) -> str:
-        return f"{record_id}|{self.name}@{self.engine}"
+        return f"{record_id}|{self.tag + '/' if self.tag else ''}{self.name}@{self.engine}"
+
+    def prompt_key(self, record_id: str) -> str:
+        """The chat form's second request: the user's turn alone, whose length says where the reply starts."""
+        return f"{self.base(record_id)}/prompt"
+
+
+@dataclass(frozen=True)
+class Form:
+    """One prompt form of an example: its text (raw), or the user's turn and the assistant's reply (chat)."""
+
+    tag: str  # "" or "chat": request keys and (as "_chat") column suffixes under chat: both
+    text: str  # what is scored: the serialised fields (raw), or the user's turn (chat)
+    reply: str | None = None  # chat: the label, the tokens scored
+
+    @property
+    def scored_text(self) -> str:
+        """The text whose tokens the scores are over (the zlib ratio compresses it)."""
+        return self.text if self.reply is None else self.reply
 
 
 class MembershipMethod(HeldoutTest):
@@ -185,8 +227,29 @@ class MembershipMethod(HeldoutTest):
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
 
     # subclasses ---------------------------------------------------------------
-    def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
-        return [Variant("text", "target", text, self.vocab_stats)]
+    def variants(self, text: str, cfg: MembershipConfig, reply: str | None = None) -> list[Variant]:
+        """The texts scored for one prompt form (``reply``: the chat form's, see ``Variant``)."""
+        return [Variant("text", "target", text, self.vocab_stats, reply)]
+
+    def k_columns(self, cfg: Any) -> list[str]:
+        """The method's other columns tested beside ``score`` (every k of Min-K%)."""
+        return []
+
+    # prompt forms ----------------------------------------------------------------
+    def forms(self, record: Record, cfg: MembershipConfig) -> list[Form]:
+        """The example in each prompt form ``cfg.chat`` asks for: the raw form is the serialised ``fields``; the chat
+        form is a conversation - the input as the user's turn, the label as the assistant's reply (as an injected row of
+        ``format: chat`` and supervised fine-tuning data are written), the reply's tokens scored."""
+        out = []
+        for tag, chat in prompt_forms(cfg.chat):
+            if chat:
+                out.append(Form(tag, str(record.input), str(record.label)))
+            else:
+                out.append(Form(tag, serialise(record, cfg.fields, cfg.format)))
+        return out
+
+    def form_variants(self, form: Form, cfg: MembershipConfig) -> list[Variant]:
+        return [dataclasses.replace(v, tag=form.tag) for v in self.variants(form.text, cfg, form.reply)]
 
     def compute(self, text: str, scored: dict[str, Scored], cfg: Any) -> dict[str, Any]:
         """Method columns from the scored variants; must include ``score`` (higher = member)."""
@@ -202,19 +265,18 @@ class MembershipMethod(HeldoutTest):
         for record in records:
             if is_empty(record, cfg.fields, cfg.format):
                 continue  # score() reports it
-            text = serialise(record, cfg.fields, cfg.format)
-            out += [
-                score_request(
-                    v.base(record.id),
-                    (record.id,),
-                    v.text,
-                    cfg.context_len,
-                    cfg.stride,
-                    vocab_stats=v.vocab_stats,
-                    engine=v.engine,
-                )  # fmt: skip
-                for v in self.variants(text, cfg)
-            ]
+            for form in self.forms(record, cfg):
+                if form.reply is not None and _chat_error(form):
+                    continue  # score() reports it
+                for v in self.form_variants(form, cfg):
+                    keys = [(v.base(record.id), v.reply)]
+                    if v.reply is not None:  # the user's turn alone (the same vocab_stats: one call, one prefix)
+                        keys.append((v.prompt_key(record.id), ""))
+                    out += [
+                        score_request(key, (record.id,), v.text, cfg.context_len, cfg.stride,
+                                      vocab_stats=v.vocab_stats, engine=v.engine, reply=reply)  # fmt: skip
+                        for key, reply in keys
+                    ]
         return out
 
     # score ---------------------------------------------------------------------
@@ -237,41 +299,82 @@ class MembershipMethod(HeldoutTest):
                 row["error"] = empty_message(record, cfg.fields, cfg.format)
                 rows.append(row)
                 continue
-            text = serialise(record, cfg.fields, cfg.format)
-            scored: dict[str, Scored] = {}
-            errors = []
-            for v in self.variants(text, cfg):
-                base = v.base(record.id)
-                try:
-                    s = read_scored(got, base, vocab_stats=v.vocab_stats)
-                except (KeyError, RuntimeError) as err:
-                    errors.append(str(err).strip("'\""))
-                    continue
-                if not s.token_logprobs:
-                    errors.append(
-                        f"{v.name} text on the {v.engine} engine has fewer than 2 tokens: no token has a prefix "
-                        "to be scored from"
+            errors: list[str] = []
+            for form in self.forms(record, cfg):
+                suffix = f"_{form.tag}" if form.tag else ""
+                problem = _chat_error(form) if form.reply is not None else ""
+                scored = {} if problem else self._scored(record, form, got, cfg, errors)
+                if problem or errors:
+                    errors += [problem] if problem else []
+                    break
+                main = scored.get("text@target") or next(iter(scored.values()))
+                windows = max(s.n_windows for s in scored.values())
+                row[f"n_tokens{suffix}"] = len(main.token_logprobs)
+                row[f"n_windows{suffix}"] = windows
+                if windows > 1:
+                    row["note"] = (
+                        f"longer than context_len={cfg.context_len} tokens: scored in {windows} rolling windows "
+                        f"(stride {cfg.stride})"
                     )
-                    continue
-                scored[f"{v.name}@{v.engine}"] = s
+                try:
+                    row.update({f"{k}{suffix}": v for k, v in self.compute(form.scored_text, scored, cfg).items()})
+                except (ValueError, ZeroDivisionError) as err:
+                    errors.append(str(err))
+                    break
             if errors:
                 row["error"] = f"record {record.id!r}: " + "; ".join(errors)
-                rows.append(row)
-                continue
-            main = scored.get("text@target") or next(iter(scored.values()))
-            row["n_tokens"] = len(main.token_logprobs)
-            row["n_windows"] = max(s.n_windows for s in scored.values())
-            if row["n_windows"] > 1:
-                row["note"] = (
-                    f"longer than context_len={cfg.context_len} tokens: scored in {row['n_windows']} rolling windows "
-                    f"(stride {cfg.stride})"
-                )
-            try:
-                row.update(self.compute(text, scored, cfg))
-            except (ValueError, ZeroDivisionError) as err:
-                row["error"] = f"record {record.id!r}: {err}"
+                row["score"] = None
             rows.append(row)
         return rows
+
+    def _scored(
+        self, record: Record, form: Form, got: dict[str, Output], cfg: Any, errors: list[str]
+    ) -> dict[str, Scored]:
+        """Each variant's scores in one prompt form (the chat form's: the reply's tokens only); a failure is appended
+        to ``errors``."""
+        scored: dict[str, Scored] = {}
+        for v in self.form_variants(form, cfg):
+            try:
+                s = read_scored(got, v.base(record.id), vocab_stats=v.vocab_stats)
+                if v.reply is not None:
+                    s = _reply_part(s, len(read_scored(got, v.prompt_key(record.id)).token_logprobs))
+            except (KeyError, RuntimeError) as err:
+                errors.append(str(err).strip("'\""))
+                continue
+            if not s.token_logprobs:
+                what = "reply" if v.reply is not None else "text"
+                errors.append(
+                    f"{v.name} {what} on the {v.engine} engine has no token to score"
+                    + ("" if v.reply is not None else " (fewer than 2 tokens: no token has a prefix to be scored from)")
+                )
+                continue
+            scored[f"{v.name}@{v.engine}"] = s
+        return scored
+
+    def score_columns(self, cfg: Any) -> list[str]:
+        """Every other k of Min-K% (``k_columns``), and the chat form's ``score`` under ``chat: both``."""
+        return self.k_columns(cfg) + ([chat_column("score")] if cfg.chat == BOTH else [])
+
+    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]],
+                reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
+        return combine_forms(self.name, cfg, rows, results, reason_of, "score") if cfg.chat == BOTH else None
+
+
+def _chat_error(form: Form) -> str:
+    """Why the example cannot be written as a conversation ("" when it can)."""
+    if not form.text.strip() or not (form.reply or "").strip():
+        return (f"the chat form writes the example as a conversation (its input the user's turn, its label the "
+                f"assistant's reply) and its {'input' if not form.text.strip() else 'label'} is empty; set chat: "
+                "false for this benchmark")  # fmt: skip
+    return ""
+
+
+def _reply_part(full: Scored, prompt_tokens: int) -> Scored:
+    """The scores of a chat form's reply: the positions after its user turn's ``prompt_tokens`` scored ones (the
+    user turn's ids are the same with and without the reply, ``engines.base.with_replies``)."""
+    cut = slice(prompt_tokens, None)
+    return Scored(full.token_logprobs[cut], full.token_mean[cut], full.token_std[cut], n_windows=full.n_windows)
 
 
 # ----------------------------------------------------------------------------- the six methods
@@ -300,7 +403,7 @@ class MinK(MembershipMethod):
         row["mean_logprob"] = float(np.mean(lp))
         return row
 
-    def score_columns(self, cfg: MinKConfig) -> list[str]:
+    def k_columns(self, cfg: MinKConfig) -> list[str]:
         return [f"min_k_{round(k * 100)}" for k in cfg.ks if k != cfg.k]
 
 
@@ -326,7 +429,7 @@ class MinKPlusPlus(MembershipMethod):
         row["mean_logprob"] = float(np.mean(s.token_logprobs))
         return row
 
-    def score_columns(self, cfg: MinKPlusPlusConfig) -> list[str]:
+    def k_columns(self, cfg: MinKPlusPlusConfig) -> list[str]:
         return [f"min_k_pp_{round(k * 100)}" for k in cfg.ks if k != cfg.k]
 
 
@@ -377,8 +480,9 @@ class LowercaseRatio(MembershipMethod):
         membership="score",
     )
 
-    def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
-        return [Variant("text", "target", text), Variant("lower", "target", text.lower())]
+    def variants(self, text: str, cfg: MembershipConfig, reply: str | None = None) -> list[Variant]:
+        lower = None if reply is None else reply.lower()
+        return [Variant("text", "target", text, reply=reply), Variant("lower", "target", text.lower(), reply=lower)]
 
     def compute(self, text: str, scored: dict[str, Scored], cfg: LowercaseConfig) -> dict[str, Any]:
         mean = _mean_logprob(scored["text@target"])
@@ -401,8 +505,8 @@ class ReferenceRatio(MembershipMethod):
     )
     engine_roles = ("target", "reference")
 
-    def variants(self, text: str, cfg: MembershipConfig) -> list[Variant]:
-        return [Variant("text", "target", text), Variant("text", "reference", text)]
+    def variants(self, text: str, cfg: MembershipConfig, reply: str | None = None) -> list[Variant]:
+        return [Variant("text", "target", text, reply=reply), Variant("text", "reference", text, reply=reply)]
 
     def compute(self, text: str, scored: dict[str, Scored], cfg: ReferenceRatioConfig) -> dict[str, Any]:
         target = _mean_logprob(scored["text@target"])
