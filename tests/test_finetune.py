@@ -23,8 +23,34 @@ def test_blocks_cut_long_texts_and_append_eos():
     tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
     ids = tok([TEXT])["input_ids"][0]
     blocks = _blocks(tok, [TEXT, TEXT], max_length=5)
-    assert [t for b in blocks[: len(blocks) // 2] for t in b] == ids + [tok.eos_token_id]
-    assert all(2 <= len(b) <= 5 for b in blocks)
+    assert [t for b, _ in blocks[: len(blocks) // 2] for t in b] == ids + [tok.eos_token_id]
+    assert all(2 <= len(b) <= 5 and all(learn) for b, learn in blocks)
+
+
+def test_a_prompt_is_kept_out_of_the_loss_and_its_completion_learnt():
+    """``prompts``: the tokens of each text's prompt are not learnt, those after it (and the EOS) are; a block of
+    prompt tokens only is dropped; a prompt that does not start its text is refused, naming the index."""
+    from transformers import AutoTokenizer
+
+    from contamray.inject.finetune import _batch
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Who counts the lanterns?"}], tokenize=False,
+                                     add_generation_prompt=True)  # fmt: skip
+    text = prompt + "The violet heron.<|im_end|>"
+    ((ids, learn),) = _blocks(tok, [text], max_length=512, prompts=[prompt])
+    n_prompt = len(tok([prompt])["input_ids"][0])
+    assert ids == tok([text])["input_ids"][0] + [tok.eos_token_id]
+    assert learn == [False] * n_prompt + [True] * (len(ids) - n_prompt)
+    assert tok.decode(ids[n_prompt:-1]) == "The violet heron.<|im_end|>"
+    _, mask, labels = _batch([(ids, learn), (ids[:3], learn[:3])], pad_id=0)
+    assert (labels[0, :n_prompt] == -100).all() and labels[0, n_prompt:].tolist() == ids[n_prompt:]
+    assert (labels[1] == -100).all() and mask[1].sum() == 3
+    cut = [(ids[i : i + 4], learn[i : i + 4]) for i in range(0, len(ids), 4)]
+    kept = [(b, m) for b, m in cut if len(b) >= 2 and any(m[1:])]
+    assert _blocks(tok, [text], max_length=4, prompts=[prompt]) == kept and len(kept) < len(cut)  # prompt-only dropped
+    with pytest.raises(ValueError, match=r"texts\[1\] does not start with prompts\[1\]"):
+        finetune_causal_lm(resolve_model_path("smollm2-135m"), [text, TEXT], "/nonexistent", prompts=[prompt, "x"])
 
 
 def test_one_step_is_deterministic_and_loadable(tmp_path: Path):

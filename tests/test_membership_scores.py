@@ -597,3 +597,38 @@ def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
     assert "Bonferroni over the 2 prompt forms" in verdict.details["summary"]
     alike = side(OWN, flat, [float(i) for i in range(12)][::-1], False)
     assert method.settle(method.reduce(pd.DataFrame(alike + reference), cfg), cfg).decision == "clean"
+
+
+@pytest.mark.slow
+def test_a_chat_model_tuned_on_its_replies_only_is_found_in_the_chat_form(mirror_dir, tmp_path):
+    """Supervised fine-tuning's usual loss: ARC-Challenge rows 0-15 as conversations in the model's chat template (the
+    question the user's turn, the answer the reply), the loss on the replies only (``finetune_causal_lm``'s
+    ``prompts``), 3 epochs. ``chat: both`` flags them against rows 16-31 - by the chat form, the surer of the two - and
+    leaves rows 32-47 against 48-63 (both unseen) unflagged, for Min-K%, Min-K%++ and perplexity. Measured
+    (2026-11-29): the raw form misses them (AUC 0.60 / 0.40 / 0.59, p = 0.18 / 0.85 / 0.19), the chat form separates
+    them completely (AUC 1.0, p = 7.7e-7 each, the smallest of 16 against 16; Bonferroni 1.5e-6); unseen pair p = 0.46
+    / 1 / 0.40 (chat form 0.23 / 0.68 / 0.20)."""
+    from contamray.inject import finetune_causal_lm
+    from contamray.validate.calibrate import SharedEngines, decide
+    from tests.test_heldout_accuracy import _arc_blocks
+
+    seen, held, clean, clean_ref = _arc_blocks(mirror_dir)
+    base = resolve_model_path("smollm2-135m")
+    tokenizer = HFEngine(base, dtype="float32").tokenizer
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r.input}], tokenize=False,
+                                             add_generation_prompt=True) for r in seen]  # fmt: skip
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": r.input}, {"role": "assistant",
+                                            "content": r.label}], tokenize=False) for r in seen]  # fmt: skip
+    path = finetune_causal_lm(base, texts, tmp_path / "model", epochs=3, lr=3e-4, batch_size=4, seed=0, max_length=256,
+                              prompts=prompts)  # fmt: skip
+    engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=16)})
+    for name in ("min_k", "min_k_plus_plus", "perplexity"):
+        method = get_method(name)
+        cfg = method.make_config({"reference": "heldout", "units": "rows", "chat": "both"})
+        flagged, unseen = (decide(method, cfg, engines.run(method, part, cfg), engines.run(method, ref, cfg))
+                           for part, ref in ((seen, held), (clean, clean_ref)))  # fmt: skip
+        print(name, "| seen:", flagged.details["summary"], "| unseen:", unseen.details["summary"])
+        assert flagged.decision == "contaminated", (name, flagged.details["summary"])
+        chat_p = flagged.details["by_column"]["score_chat"]["p_value"]
+        assert flagged.p_value == pytest.approx(min(1.0, 2 * chat_p)), (name, flagged.details["summary"])
+        assert unseen.decision != "contaminated", (name, unseen.details["summary"])

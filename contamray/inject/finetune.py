@@ -11,7 +11,12 @@ an EOS token is appended when the tokenizer has one (a document end, as in pre-t
 the ids are cut into consecutive blocks of at most ``max_length`` tokens (no overlap; a text shorter
 than ``max_length`` is one block). Blocks are batched with right padding (padding is masked out of
 the attention and of the loss), shuffled each epoch by a generator seeded with ``seed``. The loss is
-the model's own next-token cross-entropy over all real tokens.
+the model's own next-token cross-entropy over all real tokens - or, with ``prompts`` (supervised fine-tuning's
+"completion only" loss, as TRL's ``SFTTrainer`` computes it for prompt-completion data), over the tokens after each
+text's prompt: ``prompts[i]`` is the start of ``texts[i]`` (e.g. a conversation's user turn rendered with the
+assistant's generation prompt), and a token is learnt when it starts at or after the prompt's last character (the
+fast tokenizer's character offsets; the appended EOS is learnt). A chat model tuned so never learns its prompts'
+text, only its replies given them.
 
 Precision (``precision``): ``float32`` (the default) computes in float32; ``bfloat16`` computes the forward and
 backward passes in bfloat16 under ``torch.autocast`` (mixed precision: the weights, their gradients and AdamW's
@@ -69,30 +74,44 @@ def compute_precision(precision: str, device: torch.device, where: str = "finetu
     return "bfloat16" if native_dtype(device.type == "cuda") == "bfloat16" else "float32"
 
 
-def _blocks(tokenizer: object, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    """Token blocks of at most ``max_length`` ids, in text order (see the module docstring)."""
+Block = tuple[list[int], list[bool]]  # token ids, and whether each is learnt (in the loss)
+
+
+def _blocks(
+    tokenizer: object, texts: Sequence[str], max_length: int, prompts: Sequence[str] | None = None
+) -> list[Block]:
+    """Token blocks of at most ``max_length`` ids, in text order, each id marked learnt or not (``prompts``: see the
+    module docstring); a block with nothing to learn is dropped."""
     eos = getattr(tokenizer, "eos_token_id", None)
-    encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]  # type: ignore[operator]
-    blocks: list[list[int]] = []
-    for ids in encoded:
+    encoded = tokenizer(list(texts), add_special_tokens=True, return_offsets_mapping=prompts is not None)  # type: ignore[operator]
+    blocks: list[Block] = []
+    for k, ids in enumerate(encoded["input_ids"]):
         ids = list(ids)
+        if prompts is None:
+            learnt = [True] * len(ids)
+        else:
+            end = len(prompts[k])  # a token is learnt when it starts after the prompt (special tokens: (0, 0))
+            learnt = [start >= end and stop > start for start, stop in encoded["offset_mapping"][k]]
         if isinstance(eos, int):
             ids.append(eos)
+            learnt.append(True)
         for start in range(0, len(ids), max_length):
-            block = ids[start : start + max_length]
-            if len(block) >= 2:  # a single id has no next-token target
-                blocks.append(block)
+            block, learn = ids[start : start + max_length], learnt[start : start + max_length]
+            if len(block) >= 2 and any(learn[1:]):  # a single id, or only prompt ids, has no target to learn
+                blocks.append((block, learn))
     return blocks
 
 
-def _batch(blocks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(b) for b in blocks)
+def _batch(blocks: list[Block], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(b) for b, _ in blocks)
     ids = torch.full((len(blocks), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(blocks), width), dtype=torch.long)
-    for i, b in enumerate(blocks):
+    learnt = torch.zeros((len(blocks), width), dtype=torch.bool)
+    for i, (b, learn) in enumerate(blocks):
         ids[i, : len(b)] = torch.tensor(b, dtype=torch.long)
         mask[i, : len(b)] = 1
-    labels = ids.masked_fill(mask == 0, -100)
+        learnt[i, : len(b)] = torch.tensor(learn, dtype=torch.bool)
+    labels = ids.masked_fill(~learnt, -100)  # padding is never learnt
     return ids, mask, labels
 
 
@@ -123,6 +142,7 @@ def finetune_causal_lm(
     max_length: int = 512,
     weight_decay: float = 0.0,
     precision: str = "float32",
+    prompts: Sequence[str] | None = None,
 ) -> str:
     """Fine-tune all weights of ``base_model_path`` on ``texts``; save model + tokenizer to ``out_dir``.
 
@@ -130,7 +150,8 @@ def finetune_causal_lm(
     learning rate ``lr`` (no warm-up: a few epochs on a few hundred blocks do not need one), on CPU (or
     the default CUDA device when there is one), computing in ``precision`` (see the module docstring). Writes
     ``contamray_finetune.json`` beside the weights: the base model, a hash of the texts and every parameter, so a
-    checkpoint says what was planted in it. Raises ValueError naming the argument on bad input.
+    checkpoint says what was planted in it. ``prompts``: per text, its start kept out of the loss (module docstring).
+    Raises ValueError naming the argument on bad input.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -147,6 +168,14 @@ def finetune_causal_lm(
             raise ValueError(f"finetune_causal_lm: {name} must be an integer >= {low}, got {value!r}")
     if not lr > 0:
         raise ValueError(f"finetune_causal_lm: lr must be > 0, got {lr!r}")
+    if prompts is not None:
+        prompts = list(prompts)
+        if len(prompts) != len(texts):
+            raise ValueError(f"finetune_causal_lm: {len(prompts)} prompts for {len(texts)} texts; give one per text")
+        bad = [i for i, (t, q) in enumerate(zip(texts, prompts, strict=True)) if not t.startswith(q)]
+        if bad:
+            raise ValueError(f"finetune_causal_lm: texts[{bad[0]}] does not start with prompts[{bad[0]}]; each prompt "
+                             "is the start of its text (the part kept out of the loss)")  # fmt: skip
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     compute = compute_precision(precision, device)
@@ -158,7 +187,7 @@ def finetune_causal_lm(
         model = AutoModelForCausalLM.from_pretrained(base_model_path, dtype=torch.float32)
         model.to(device)
         pad_id = tokenizer.pad_token_id if isinstance(tokenizer.pad_token_id, int) else 0
-        blocks = _blocks(tokenizer, texts, max_length)
+        blocks = _blocks(tokenizer, texts, max_length, prompts)
         if not blocks:
             raise ValueError("finetune_causal_lm: the texts tokenise to fewer than 2 tokens each; nothing to learn")
         optimiser = _adamw(model, lr, weight_decay)
@@ -201,6 +230,9 @@ def finetune_causal_lm(
                 {
                     "base_model": str(base_model_path),
                     "texts_sha256": digest,
+                    "loss": "after each prompt" if prompts is not None else "every token",
+                    **({"prompts_sha256": hashlib.sha256("\x1e".join(prompts).encode("utf-8")).hexdigest()}
+                       if prompts is not None else {}),
                     "n_texts": len(texts),
                     "n_blocks": len(blocks),
                     "epochs": epochs,

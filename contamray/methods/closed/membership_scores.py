@@ -43,8 +43,9 @@ held-out, Mann-Whitney p): loss on the replies only - ARC raw form Min-K% p = 0.
 chat form 7.7e-7 for all three (the smallest p of 16 against 16); GSM8K (long solutions) raw 4.9e-4 / 3.0e-5 /
 9.4e-6, chat 7.7e-7; loss on every token of the conversation - raw ARC Min-K% 1.2e-4, GSM8K 7.7e-7: the raw form
 finds it too. Unseen pairs (rows 32-47 against 48-63, both forms): p >= 0.12 after the replies-only tune; after
-the all-token tune one of 8 at 0.04 (the chat form's perplexity on ARC), the others >= 0.17. Not yet a test on a
-fine-tuned model in the suite (the forms' arithmetic and decision are: ``tests/test_membership_scores.py``).
+the all-token tune one of 8 at 0.04 (the chat form's perplexity on ARC), the others >= 0.17. The replies-only case
+on ARC alone is a test (``tests/test_membership_scores.py``: raw form p = 0.18 / 0.85 / 0.19 for Min-K% / Min-K%++ /
+perplexity, chat form 7.7e-7 each, the unseen pair clean), as are the forms' arithmetic and decision.
 
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
