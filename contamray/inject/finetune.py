@@ -189,7 +189,11 @@ def finetune_causal_lm(
         pad_id = tokenizer.pad_token_id if isinstance(tokenizer.pad_token_id, int) else 0
         blocks = _blocks(tokenizer, texts, max_length, prompts)
         if not blocks:
-            raise ValueError("finetune_causal_lm: the texts tokenise to fewer than 2 tokens each; nothing to learn")
+            raise ValueError(
+                "finetune_causal_lm: the texts tokenise to fewer than 2 tokens each"
+                + (", or have no token after their prompts" if prompts is not None else "")
+                + "; nothing to learn"
+            )
         optimiser = _adamw(model, lr, weight_decay)
         order_rng = torch.Generator().manual_seed(seed)
         model.train()
