@@ -595,8 +595,14 @@ def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
     chat_p = verdict.details["by_column"]["score_chat"]["p_value"]
     assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(min(1.0, 2 * chat_p))
     assert "Bonferroni over the 2 prompt forms" in verdict.details["summary"]
+    assert verdict.details["score"].endswith("; raw text and chat form: the label's tokens as the reply to the input, "
+                                             "a user turn of the model's chat template")  # fmt: skip
     alike = side(OWN, flat, [float(i) for i in range(12)][::-1], False)
     assert method.settle(method.reduce(pd.DataFrame(alike + reference), cfg), cfg).decision == "clean"
+    chat_only = method.make_config({"reference": "heldout", "units": "rows", "chat": True})
+    rows = [dict(r, score=r["score_chat"]) for r in learned + reference]
+    alone = method.settle(method.reduce(pd.DataFrame(rows), chat_only), chat_only)
+    assert alone.decision == "contaminated" and alone.details["summary"].startswith("min_k (chat form): 12 rows")
 
 
 @pytest.mark.slow

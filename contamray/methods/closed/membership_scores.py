@@ -84,6 +84,7 @@ from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option
 from contamray.records import Record
 
 SIGMA_FLOOR = 1e-6
+CHAT_FORM = "chat form: the label's tokens as the reply to the input, a user turn of the model's chat template"
 MIN_K_KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 MIN_K_PP_KS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -360,6 +361,17 @@ class MembershipMethod(HeldoutTest):
                 reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
         """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
         return combine_forms(self.name, cfg, rows, results, reason_of, "score") if cfg.chat == BOTH else None
+
+    def score_description(self, cfg: Any) -> str:
+        """The score, and the prompt form(s) it was computed in when not the papers' raw text."""
+        form = {True: CHAT_FORM, BOTH: f"raw text and {CHAT_FORM}"}.get(cfg.chat, "")
+        return super().score_description(cfg) + (f"; {form}" if form else "")
+
+    def _summary(self, cfg: Any, partition: str, refs: list[str], main: dict[str, Any], decision: str,
+                 reason: str) -> str:  # fmt: skip
+        """The held-out test's summary, naming the chat form when it alone was scored (``chat: true``)."""
+        line = super()._summary(cfg, partition, refs, main, decision, reason)
+        return line.replace(f"{self.name}: ", f"{self.name} (chat form): ", 1) if cfg.chat is True else line
 
 
 def _chat_error(form: Form) -> str:
