@@ -14,7 +14,7 @@ the attention and of the loss), shuffled each epoch by a generator seeded with `
 the model's own next-token cross-entropy over all real tokens - or, with ``prompts`` (supervised fine-tuning's
 "completion only" loss, as TRL's ``SFTTrainer`` computes it for prompt-completion data), over the tokens after each
 text's prompt: ``prompts[i]`` is the start of ``texts[i]`` (e.g. a conversation's user turn rendered with the
-assistant's generation prompt), and a token is learnt when it starts at or after the prompt's last character (the
+assistant's generation prompt), and a token is learnt when it starts at or after the prompt's end (the
 fast tokenizer's character offsets; the appended EOS is learnt). A chat model tuned so never learns its prompts'
 text, only its replies given them.
 
