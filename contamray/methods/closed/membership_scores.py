@@ -268,7 +268,7 @@ class MembershipMethod(HeldoutTest):
             if is_empty(record, cfg.fields, cfg.format):
                 continue  # score() reports it
             for form in self.forms(record, cfg):
-                if form.reply is not None and _chat_error(form):
+                if _chat_error(form):
                     continue  # score() reports it
                 for v in self.form_variants(form, cfg):
                     keys = [(v.base(record.id), v.reply)]
@@ -304,10 +304,12 @@ class MembershipMethod(HeldoutTest):
             errors: list[str] = []
             for form in self.forms(record, cfg):
                 suffix = f"_{form.tag}" if form.tag else ""
-                problem = _chat_error(form) if form.reply is not None else ""
-                scored = {} if problem else self._scored(record, form, got, cfg, errors)
-                if problem or errors:
-                    errors += [problem] if problem else []
+                problem = _chat_error(form)
+                if problem:
+                    errors.append(problem)
+                    break
+                scored = self._scored(record, form, got, cfg, errors)
+                if errors:
                     break
                 main = scored.get("text@target") or next(iter(scored.values()))
                 windows = max(s.n_windows for s in scored.values())
@@ -375,8 +377,8 @@ class MembershipMethod(HeldoutTest):
 
 
 def _chat_error(form: Form) -> str:
-    """Why the example cannot be written as a conversation ("" when it can)."""
-    if not form.text.strip() or not (form.reply or "").strip():
+    """Why a chat form's example cannot be written as a conversation ("" when it can, and for the raw form)."""
+    if form.reply is not None and (not form.text.strip() or not form.reply.strip()):
         return (f"the chat form writes the example as a conversation (its input the user's turn, its label the "
                 f"assistant's reply) and its {'input' if not form.text.strip() else 'label'} is empty; set chat: "
                 "false for this benchmark")  # fmt: skip
