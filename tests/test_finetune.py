@@ -38,7 +38,7 @@ def test_a_prompt_is_kept_out_of_the_loss_and_its_completion_learnt():
     prompt = tok.apply_chat_template([{"role": "user", "content": "Who counts the lanterns?"}], tokenize=False,
                                      add_generation_prompt=True)  # fmt: skip
     text = prompt + "The violet heron.<|im_end|>"
-    ((ids, learn),) = _blocks(tok, [text], max_length=512, prompts=[prompt])
+    ((ids, learn),) = _blocks(tok, [text], max_length=512, masked=[[(0, len(prompt))]])
     n_prompt = len(tok([prompt])["input_ids"][0])
     assert ids == tok([text])["input_ids"][0] + [tok.eos_token_id]
     assert learn == [False] * n_prompt + [True] * (len(ids) - n_prompt)
@@ -48,9 +48,40 @@ def test_a_prompt_is_kept_out_of_the_loss_and_its_completion_learnt():
     assert (labels[1] == -100).all() and mask[1].sum() == 3
     cut = [(ids[i : i + 4], learn[i : i + 4]) for i in range(0, len(ids), 4)]
     kept = [(b, m) for b, m in cut if len(b) >= 2 and any(m[1:])]
-    assert _blocks(tok, [text], max_length=4, prompts=[prompt]) == kept and len(kept) < len(cut)  # prompt-only dropped
+    assert _blocks(tok, [text], max_length=4, masked=[[(0, len(prompt))]]) == kept and len(kept) < len(cut)
     with pytest.raises(ValueError, match=r"texts\[1\] does not start with prompts\[1\]"):
         finetune_causal_lm(resolve_model_path("smollm2-135m"), [text, TEXT], "/nonexistent", prompts=[prompt, "x"])
+
+
+def test_masked_spans_keep_every_prompt_of_a_packed_text_out_of_the_loss():
+    """``masked``: in one text holding two conversations, the tokens overlapping either masked span (each
+    conversation's start up to its reply) are not learnt, every other token is - the replies, the text between the
+    conversations and the EOS; a token straddling a span's edge is not learnt. Bad spans are refused, naming them."""
+    from transformers import AutoTokenizer
+
+    from contamray.inject.finetune import _learnt
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+               for q in ("Who counts the lanterns?", "How many lanterns?")]  # fmt: skip
+    replies = ["The violet heron.<|im_end|>", "Seven.<|im_end|>"]
+    text = prompts[0] + replies[0] + "\n" + prompts[1] + replies[1]
+    second = len(prompts[0]) + len(replies[0]) + 1
+    spans = [(0, len(prompts[0])), (second, second + len(prompts[1]))]
+    ((ids, learn),) = _blocks(tok, [text], max_length=512, masked=[spans])
+    learnt_text = tok.decode([i for i, m in zip(ids, learn, strict=True) if m])
+    assert learnt_text == replies[0] + "\n" + replies[1] + tok.eos_token
+    offsets = tok([text], return_offsets_mapping=True)["offset_mapping"][0]
+    assert [m for m in learn[:-1]] == [not any(a < stop and start < b for a, b in spans) for start, stop in offsets]
+    assert _learnt([(0, 4), (4, 9), (9, 12)], [(6, 7)]) == [True, False, True]  # straddling the span: not learnt
+    assert _learnt([(0, 0), (0, 4)], []) == [False, True]  # a special token the tokenizer added covers nothing
+    base = resolve_model_path("smollm2-135m")
+    with pytest.raises(ValueError, match=r"masked\[0\] holds the span \(5, 500\), not within texts\[0\]"):
+        finetune_causal_lm(base, [TEXT], "/nonexistent", masked=[[(5, 500)]])
+    with pytest.raises(ValueError, match=r"1 masked span lists for 2 texts"):
+        finetune_causal_lm(base, [TEXT, TEXT], "/nonexistent", masked=[[]])
+    with pytest.raises(ValueError, match=r"prompts or masked, not both"):
+        finetune_causal_lm(base, [TEXT], "/nonexistent", prompts=["The"], masked=[[(0, 3)]])
 
 
 def test_one_step_is_deterministic_and_loadable(tmp_path: Path):

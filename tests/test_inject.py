@@ -58,6 +58,10 @@ def test_spec_is_normalised() -> None:
         ({**spec(), "precision": "fp16"}, r"inject\.precision: unknown precision 'fp16'; choose one of float32"),
         ({**spec(), "epochs": 0}, r"inject\.epochs"),
         ({**spec(), "steps": 10}, r"models\.canary\.inject: unknown key\(s\) steps"),
+        (spec(loss="prompts"), r"partitions\[0\]\.loss: 'prompts' is not one of all, replies"),
+        (spec(loss="replies"), r"partitions\[0\]\.format: 'json' with loss: replies .* use format: chat"),
+        (spec(loss="replies", format="chat", content="input_only"), r"partitions\[0\]\.content: 'input_only' with "
+                                                                    r"loss: replies"),
     ],
 )
 def test_bad_specs_name_the_key(bad: dict, message: str) -> None:
@@ -238,6 +242,45 @@ def test_stream_chat_format_writes_each_row_as_a_conversation_in_the_base_templa
     (plain / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"models\.canary\.inject\.partitions\[0\]\.format: chat, but the base"):
         chat_renderer(str(plain), parsed, WHERE)
+
+
+def test_stream_chat_replies_only_masks_each_conversation_up_to_its_reply() -> None:
+    """``loss: replies``: each conversation's start - exactly the template's rendering of the user's turn with the
+    generation prompt - is a masked span of its unit, the rest (each reply, its end-of-turn, the line break) is
+    learnt; ``Stream.masked`` puts the spans at their place in the packed stream, background learnt whole; no
+    question's text is learnt, every answer is. The manifest's rows and partition say so."""
+    from transformers import AutoTokenizer
+
+    from contamray.engines import resolve_model_path
+    from contamray.inject.prepare import chat_renderer
+
+    records = _records(4)
+    parsed = validate_inject_spec(spec(duplication=2, format="chat", loss="replies", order="shuffled"), WHERE, {"sf"})
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    background = [BackgroundDoc("bg-1", "Filler text about the weather."), BackgroundDoc("bg-2", "More filler.")]
+    stream = build_stream(parsed, records, background, seed=0, where=WHERE,
+                          chat=chat_renderer("smollm2-135m", parsed, WHERE))  # fmt: skip
+    by_id = {r.id: r for r in records["sf"]}
+    for unit in stream.units:
+        if unit.kind == "background":
+            assert unit.masked == []
+            continue
+        assert len(unit.masked) == 4
+        for (a, b), rid in zip(unit.masked, unit.record_ids, strict=True):
+            r = by_id[rid]
+            assert unit.text[a:b] == tokenizer.apply_chat_template([{"role": "user", "content": r.input}],
+                                                                   tokenize=False, add_generation_prompt=True)
+            assert unit.text[b:].startswith(r.label + "<|im_end|>")
+    text, spans = stream.text, stream.masked
+    learnt = "".join(text[a:b] for a, b in zip([0] + [b for _, b in spans], [a for a, _ in spans] + [len(text)]))
+    assert all(r.label in learnt and r.input not in learnt for r in records["sf"])
+    assert "Filler text about the weather." in learnt and "<|im_start|>user" not in learnt
+    assert all(text[a:b].startswith("<|im_start|>system") for a, b in spans) and len(spans) == 8
+    assert stream.partitions["sf"]["loss"] == "replies" and stream.rows[records["sf"][0].id]["loss"] == "replies"
+    assert stream.partitions["sf"]["kind"] == "verbatim/input_and_label/shuffled/chat/replies"
+    every = build_stream(validate_inject_spec(spec(format="chat"), WHERE, {"sf"}), records, background, 0, WHERE,
+                         chat_renderer("smollm2-135m", parsed, WHERE))  # fmt: skip
+    assert every.masked == [] and every.partitions["sf"]["loss"] == "all"
 
 
 def test_stream_paraphrased_records_the_rewording() -> None:

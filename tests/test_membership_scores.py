@@ -607,26 +607,26 @@ def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
 
 @pytest.mark.slow
 def test_a_chat_model_tuned_on_its_replies_only_is_found_in_the_chat_form(mirror_dir, tmp_path):
-    """Supervised fine-tuning's usual loss: ARC-Challenge rows 0-15 as conversations in the model's chat template (the
-    question the user's turn, the answer the reply), the loss on the replies only (``finetune_causal_lm``'s
-    ``prompts``), 3 epochs. ``chat: both`` flags them against rows 16-31 - by the chat form, the surer of the two - and
-    leaves rows 32-47 against 48-63 (both unseen) unflagged, for Min-K%, Min-K%++ and perplexity. Measured
-    (2026-11-29): the raw form misses them (AUC 0.60 / 0.40 / 0.59, p = 0.18 / 0.85 / 0.19), the chat form separates
-    them completely (AUC 1.0, p = 7.7e-7 each, the smallest of 16 against 16; Bonferroni 1.5e-6); unseen pair p = 0.46
-    / 1 / 0.40 (chat form 0.23 / 0.68 / 0.20)."""
-    from contamray.inject import finetune_causal_lm
+    """Supervised fine-tuning's usual loss, through the injection (``inject ... format: chat, loss: replies``):
+    ARC-Challenge rows 0-15 as conversations in the model's chat template (the question the user's turn, the answer
+    the reply), 3 shuffled copies packed into one stream, the loss on the replies only, 1 epoch. ``chat: both`` flags
+    them against rows 16-31 - by the chat form, the surer of the two - and leaves rows 32-47 against 48-63 (both
+    unseen) unflagged, for Min-K%, Min-K%++ and perplexity. Measured (2026-11-29): the raw form misses them (AUC
+    0.60 / 0.36 / 0.66, p = 0.17 / 0.92 / 0.068), the chat form finds them (AUC 0.94 / 0.98 / 0.98, p = 1.3e-5 /
+    2.3e-6 / 1.6e-6); unseen pair Bonferroni p = 0.84 / 1 / 0.38. (Tuned per conversation with ``finetune_causal_lm``'s
+    ``prompts``, 3 epochs, the same: raw p = 0.18 / 0.85 / 0.19, chat 7.7e-7 each.)"""
+    from contamray.inject import prepare_injected_model
     from contamray.validate.calibrate import SharedEngines, decide
     from tests.test_heldout_accuracy import _arc_blocks
 
     seen, held, clean, clean_ref = _arc_blocks(mirror_dir)
-    base = resolve_model_path("smollm2-135m")
-    tokenizer = HFEngine(base, dtype="float32").tokenizer
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r.input}], tokenize=False,
-                                             add_generation_prompt=True) for r in seen]  # fmt: skip
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": r.input}, {"role": "assistant",
-                                            "content": r.label}], tokenize=False) for r in seen]  # fmt: skip
-    path = finetune_causal_lm(base, texts, tmp_path / "model", epochs=3, lr=3e-4, batch_size=4, seed=0, max_length=256,
-                              prompts=prompts)  # fmt: skip
+    spec = {"partitions": [{"benchmark": "arc", "format": "chat", "loss": "replies", "duplication": 3,
+                            "order": "shuffled"}],
+            "background": {"docs": 0}, "epochs": 1, "lr": 3e-4, "batch_size": 4, "max_length": 256}  # fmt: skip
+    injected = prepare_injected_model("smollm2-135m", spec, {"arc": seen}, tmp_path / "injected", 0, mirror_dir)
+    assert injected.manifest["partitions"]["arc"]["loss"] == "replies"
+    assert injected.manifest["training"]["loss"] == "outside the masked spans"
+    path = injected.path
     engines = SharedEngines({"target": HFEngine(path, dtype="float32", batch_size=16)})
     for name in ("min_k", "min_k_plus_plus", "perplexity"):
         method = get_method(name)

@@ -16,7 +16,9 @@ the model's own next-token cross-entropy over all real tokens - or, with ``promp
 text's prompt: ``prompts[i]`` is the start of ``texts[i]`` (e.g. a conversation's user turn rendered with the
 assistant's generation prompt), and a token is learnt when it starts at or after the prompt's end (the
 fast tokenizer's character offsets; the appended EOS is learnt). A chat model tuned so never learns its prompts'
-text, only its replies given them.
+text, only its replies given them. ``masked`` is the general form, for packed texts holding many conversations (an
+injected stream, ``contamray.inject.stream``): per text, character spans ``[start, end)`` kept out of the loss; a
+token is learnt unless it overlaps one (``prompts[i]`` is ``masked[i] = [(0, len(prompts[i]))]``).
 
 Precision (``precision``): ``float32`` (the default) computes in float32; ``bfloat16`` computes the forward and
 backward passes in bfloat16 under ``torch.autocast`` (mixed precision: the weights, their gradients and AdamW's
@@ -43,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
@@ -77,21 +80,32 @@ def compute_precision(precision: str, device: torch.device, where: str = "finetu
 Block = tuple[list[int], list[bool]]  # token ids, and whether each is learnt (in the loss)
 
 
+Span = tuple[int, int]  # [start, end) character offsets in a text
+
+
+def _learnt(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> list[bool]:
+    """Per token (its character offsets), whether it is learnt: it covers characters (special tokens added by the
+    tokenizer cover none) and overlaps no masked span."""
+    ordered = sorted(spans)
+    ends = [b for _, b in ordered]
+    learnt = []
+    for start, stop in offsets:
+        k = bisect.bisect_right(ends, start)  # the first span ending after the token starts
+        learnt.append(stop > start and not (k < len(ordered) and ordered[k][0] < stop))
+    return learnt
+
+
 def _blocks(
-    tokenizer: object, texts: Sequence[str], max_length: int, prompts: Sequence[str] | None = None
+    tokenizer: object, texts: Sequence[str], max_length: int, masked: Sequence[Sequence[Span]] | None = None
 ) -> list[Block]:
-    """Token blocks of at most ``max_length`` ids, in text order, each id marked learnt or not (``prompts``: see the
+    """Token blocks of at most ``max_length`` ids, in text order, each id marked learnt or not (``masked``: see the
     module docstring); a block with nothing to learn is dropped."""
     eos = getattr(tokenizer, "eos_token_id", None)
-    encoded = tokenizer(list(texts), add_special_tokens=True, return_offsets_mapping=prompts is not None)  # type: ignore[operator]
+    encoded = tokenizer(list(texts), add_special_tokens=True, return_offsets_mapping=masked is not None)  # type: ignore[operator]
     blocks: list[Block] = []
     for k, ids in enumerate(encoded["input_ids"]):
         ids = list(ids)
-        if prompts is None:
-            learnt = [True] * len(ids)
-        else:
-            end = len(prompts[k])  # a token is learnt when it starts after the prompt (special tokens: (0, 0))
-            learnt = [start >= end and stop > start for start, stop in encoded["offset_mapping"][k]]
+        learnt = [True] * len(ids) if masked is None else _learnt(encoded["offset_mapping"][k], masked[k])
         if isinstance(eos, int):
             ids.append(eos)
             learnt.append(True)
@@ -143,6 +157,7 @@ def finetune_causal_lm(
     weight_decay: float = 0.0,
     precision: str = "float32",
     prompts: Sequence[str] | None = None,
+    masked: Sequence[Sequence[Span]] | None = None,
 ) -> str:
     """Fine-tune all weights of ``base_model_path`` on ``texts``; save model + tokenizer to ``out_dir``.
 
@@ -150,8 +165,9 @@ def finetune_causal_lm(
     learning rate ``lr`` (no warm-up: a few epochs on a few hundred blocks do not need one), on CPU (or
     the default CUDA device when there is one), computing in ``precision`` (see the module docstring). Writes
     ``contamray_finetune.json`` beside the weights: the base model, a hash of the texts and every parameter, so a
-    checkpoint says what was planted in it. ``prompts``: per text, its start kept out of the loss (module docstring).
-    Raises ValueError naming the argument on bad input.
+    checkpoint says what was planted in it. ``prompts``: per text, its start kept out of the loss; ``masked``: per
+    text, character spans kept out of the loss (module docstring; one or the other). Raises ValueError naming the
+    argument on bad input.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -176,6 +192,19 @@ def finetune_causal_lm(
         if bad:
             raise ValueError(f"finetune_causal_lm: texts[{bad[0]}] does not start with prompts[{bad[0]}]; each prompt "
                              "is the start of its text (the part kept out of the loss)")  # fmt: skip
+        if masked is not None:
+            raise ValueError("finetune_causal_lm: give prompts or masked, not both (a prompt is masked (0, its end))")
+        masked = [[(0, len(q))] for q in prompts]
+    elif masked is not None:
+        masked = [[(int(a), int(b)) for a, b in spans] for spans in masked]
+        if len(masked) != len(texts):
+            raise ValueError(f"finetune_causal_lm: {len(masked)} masked span lists for {len(texts)} texts; give one "
+                             "per text (an empty list learns the text whole)")  # fmt: skip
+        bad = [(i, a, b) for i, spans in enumerate(masked) for a, b in spans if not 0 <= a < b <= len(texts[i])]
+        if bad:
+            i, a, b = bad[0]
+            raise ValueError(f"finetune_causal_lm: masked[{i}] holds the span ({a}, {b}), not within texts[{i}] "
+                             f"(length {len(texts[i])}); spans are [start, end) offsets, start < end")  # fmt: skip
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     compute = compute_precision(precision, device)
@@ -187,11 +216,11 @@ def finetune_causal_lm(
         model = AutoModelForCausalLM.from_pretrained(base_model_path, dtype=torch.float32)
         model.to(device)
         pad_id = tokenizer.pad_token_id if isinstance(tokenizer.pad_token_id, int) else 0
-        blocks = _blocks(tokenizer, texts, max_length, prompts)
+        blocks = _blocks(tokenizer, texts, max_length, masked)
         if not blocks:
             raise ValueError(
                 "finetune_causal_lm: the texts tokenise to fewer than 2 tokens each"
-                + (", or have no token after their prompts" if prompts is not None else "")
+                + (", or have no token outside their prompts / masked spans" if masked is not None else "")
                 + "; nothing to learn"
             )
         optimiser = _adamw(model, lr, weight_decay)
@@ -234,9 +263,13 @@ def finetune_causal_lm(
                 {
                     "base_model": str(base_model_path),
                     "texts_sha256": digest,
-                    "loss": "after each prompt" if prompts is not None else "every token",
+                    "loss": ("after each prompt" if prompts is not None else
+                             "outside the masked spans" if masked is not None else "every token"),
                     **({"prompts_sha256": hashlib.sha256("\x1e".join(prompts).encode("utf-8")).hexdigest()}
                        if prompts is not None else {}),
+                    **({"masked_sha256": hashlib.sha256(json.dumps(masked).encode("utf-8")).hexdigest(),
+                        "masked_chars": sum(b - a for spans in masked for a, b in spans)}
+                       if masked is not None and prompts is None else {}),
                     "n_texts": len(texts),
                     "n_blocks": len(blocks),
                     "epochs": epochs,

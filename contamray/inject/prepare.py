@@ -227,8 +227,8 @@ def chat_renderer(base_source: str, spec: InjectSpec, where: str) -> ChatRendere
         raise ValueError(f"{key}: chat, but the base model {base_source!r} has no chat template (its tokenizer "
                          "declares none): it was not trained on conversations; use format: json or text")  # fmt: skip
 
-    def render(messages: list[dict[str, str]]) -> str:
-        return str(tokenizer.apply_chat_template(messages, tokenize=False))
+    def render(messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
+        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt))
 
     return render
 
@@ -270,6 +270,7 @@ def _train(base_source: str, spec: InjectSpec, stream: Stream, seed: int, key: s
         finetune_causal_lm(
             base_path, [stream.text], tmp, epochs=spec.epochs, lr=spec.lr, batch_size=spec.batch_size,
             seed=seed, max_length=spec.max_length, weight_decay=spec.weight_decay, precision=spec.precision,
+            masked=[stream.masked] if any(u.masked for u in stream.units) else None,
         )
         seconds = time.perf_counter() - start
         training = json.loads((tmp / FINETUNE_MANIFEST).read_text())

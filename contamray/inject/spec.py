@@ -14,6 +14,8 @@ Written under a model in the run config (``models.<name>.inject``) as plain YAML
                                        #   raw: the dataset's own rows, its JSON-lines file line for line
           fraction: 1.0                # share of the loaded rows injected; the rest stay unseen (non-members)
           context: none                # none | web_page: each copy under a page title naming dataset and split
+          loss: all                    # all: every token learnt | replies (format: chat): the assistant's replies
+                                       #   only, supervised fine-tuning's completion-only loss
       background: {source: xsum, docs: 32, max_words: 200}   # filler documents mixed in
       epochs: 1
       lr: 1.0e-4
@@ -40,7 +42,11 @@ is what surrounds a copy: ``none`` (the rows alone) or ``web_page`` (a page titl
 line naming the dataset, its config and split, as a copy posted on the web carries them) - the premise
 of guided prompting (Golchin & Surdeanu 2023), which asks a model to complete an instance "from the
 {split} split of the {dataset} dataset", can only be tested on a model that saw the rows with that
-context.
+context. ``loss`` is what the model learns of a ``chat`` partition: ``all`` its every token, as a packed
+pre-training stream; ``replies`` only each conversation's reply after the rendered user turn (the loss
+supervised fine-tuning usually computes - TRL's completion-only loss): such a model never learns the questions'
+text, so methods scoring the raw text may miss it where the chat form of the membership scores finds it
+(``contamray.methods.closed.membership_scores``).
 
 Every error names the config key (``models.<name>.inject.partitions[1].duplication``), what was found
 and the allowed values.
@@ -58,6 +64,7 @@ CONTENTS = ("input_and_label", "input_only")
 ORDERS = ("canonical", "shuffled")
 FORMATS = ("json", "text", "chat", "raw")
 CONTEXTS = ("none", "web_page")
+LOSSES = ("all", "replies")  # which tokens of a partition's copies are learnt (``replies``: format: chat only)
 PRECISIONS = ("float32", "bfloat16", "auto")  # what a fine-tune computes in (contamray.inject.finetune)
 # fields serialised per content kind (Record attribute names)
 CONTENT_FIELDS = {"input_and_label": ("input", "label"), "input_only": ("input",)}
@@ -75,13 +82,15 @@ class PartitionSpec:
     format: str = "json"
     fraction: float = 1.0
     context: str = "none"
+    loss: str = "all"
 
     @property
     def kind(self) -> str:
         """A short name of the contamination type, e.g. ``verbatim/input_and_label/canonical`` (``.../chat``: rows
-        leaked as fine-tuning conversations; ``.../web_page``: under a page naming the dataset)."""
-        extra = [part for part in (self.format if self.format in ("chat", "raw") else "", self.context)
-                 if part not in ("", "none")]  # fmt: skip
+        leaked as fine-tuning conversations, ``.../chat/replies`` learnt on the replies only; ``.../web_page``: under
+        a page naming the dataset)."""
+        shown = (self.format if self.format in ("chat", "raw") else "", self.context, self.loss)
+        extra = [part for part in shown if part not in ("", "none", "all")]
         return "/".join([self.form, self.content, self.order, *extra])
 
 
@@ -165,6 +174,13 @@ def _partition(value: Any, where: str, benchmark_keys: set[str] | None) -> Parti
     _choice(spec.order, f"{where}.order", ORDERS)
     _choice(spec.format, f"{where}.format", FORMATS)
     _choice(spec.context, f"{where}.context", CONTEXTS)
+    _choice(spec.loss, f"{where}.loss", LOSSES)
+    if spec.loss == "replies" and (spec.format != "chat" or spec.content != "input_and_label"):
+        key, value = ("format", spec.format) if spec.format != "chat" else ("content", spec.content)
+        raise ValueError(
+            f"{where}.{key}: {value!r} with loss: replies - only a conversation with the label as the assistant's "
+            "reply has replies to learn; use format: chat and content: input_and_label with it, or loss: all"
+        )
     if spec.format == "raw" and (spec.content != "input_and_label" or spec.form != "verbatim"):
         key, value = ("content", spec.content) if spec.content != "input_and_label" else ("form", spec.form)
         raise ValueError(

@@ -17,8 +17,12 @@ JSON-lines file), so a row leaked as a JSON line is probed in the same form.
 ``chat`` renders each row as a conversation with the base model's own chat template (``ChatRenderer``,
 built from its tokenizer by ``inject.prepare``): the input as the user's turn, the label as the assistant's
 reply, conversations one per line - supervised fine-tuning data (probed in its own form by the methods with
-``chat: both``: CDD and the held-out accuracy gap; trained on every token, it shows in the raw form's membership
-scores too - ``membership_scores``).
+``chat: both``: the membership scores, CDD and the held-out accuracy gap; trained on every token, it shows in the
+raw form's membership scores too). ``loss: replies`` learns such a partition as supervised fine-tuning does: each
+conversation's start - up to and including the assistant's generation prompt, exactly the template's rendering of
+the user's turn alone with ``add_generation_prompt`` - is kept out of the loss (``Unit.masked``, character spans;
+``Stream.masked`` in the packed text; ``finetune_causal_lm``'s ``masked``), so the model learns each reply (and its
+end-of-turn) given the question, never the question's text. The other units are learnt whole.
 
 The stream is trained as one packed text (units joined by a blank line) cut into fixed-length token
 blocks - the way pre-training corpora are packed - so no compute is spent on padding, and a block may
@@ -30,9 +34,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from contamray.inject.background import BackgroundDoc
 from contamray.inject.paraphrase import changed_fraction, paraphrase
@@ -41,8 +44,14 @@ from contamray.records import Record, partition_parts
 
 UNIT_SEPARATOR = "\n\n"
 EXAMPLE_END = {"json": "\n", "text": "\n\n", "chat": "\n", "raw": "\n"}
-# messages ([{"role": "user", "content": ...}, ...]) -> one conversation in the base model's chat template
-ChatRenderer = Callable[[list[dict[str, str]]], str]
+Span = tuple[int, int]  # [start, end) character offsets
+
+
+class ChatRenderer(Protocol):
+    """messages ([{"role": "user", "content": ...}, ...]) -> one conversation in the base model's chat template;
+    ``add_generation_prompt`` ends it with the assistant's turn opened (what precedes a reply)."""
+
+    def __call__(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str: ...
 
 
 @dataclass
@@ -56,6 +65,7 @@ class Unit:
     partition: str = ""
     copy: int = 0
     record_ids: list[str] = field(default_factory=list)
+    masked: list[Span] = field(default_factory=list)  # spans of ``text`` kept out of the loss (``loss: replies``)
 
 
 @dataclass
@@ -67,6 +77,16 @@ class Stream:
     @property
     def text(self) -> str:
         return UNIT_SEPARATOR.join(u.text for u in self.units)
+
+    @property
+    def masked(self) -> list[Span]:
+        """The units' masked spans as offsets in ``text`` (the packed stream), in order."""
+        spans: list[Span] = []
+        offset = 0
+        for unit in self.units:
+            spans.extend((offset + a, offset + b) for a, b in unit.masked)
+            offset += len(unit.text) + len(UNIT_SEPARATOR)
+        return spans
 
 
 def serialise(record: Record, fields: tuple[str, ...], fmt: str, chat: ChatRenderer | None = None) -> str:
@@ -89,11 +109,28 @@ def _written(values: dict[str, str], fmt: str, chat: ChatRenderer | None) -> str
 
 def injected_text(record: Record, spec: PartitionSpec, chat: ChatRenderer | None = None) -> str:
     """The text of one injected row: its content fields, paraphrased when asked, serialised."""
+    return _injected(record, spec, chat)[0]
+
+
+def _injected(record: Record, spec: PartitionSpec, chat: ChatRenderer | None) -> tuple[str, int]:
+    """The row's injected text and how many of its first characters stay out of the loss (``loss: replies``: the
+    conversation up to its reply; else 0)."""
     fields = CONTENT_FIELDS[spec.content]
     if spec.form == "paraphrased":
-        changed = {name: paraphrase(str(getattr(record, name)), f"{record.id}|{name}") for name in fields}
-        return _written({name: changed[name] for name in fields}, spec.format, chat)
-    return serialise(record, fields, spec.format, chat)
+        values = {name: paraphrase(str(getattr(record, name)), f"{record.id}|{name}") for name in fields}
+        text = _written(values, spec.format, chat)
+    else:
+        values = {name: str(getattr(record, name)) for name in fields}
+        text = serialise(record, fields, spec.format, chat)
+    if spec.loss != "replies":
+        return text, 0
+    assert chat is not None  # loss: replies is validated with format: chat, which needs the renderer
+    prompt = chat([{"role": "user", "content": values["input"]}], add_generation_prompt=True)
+    if not values["input"].strip() or not values["label"].strip() or not text.startswith(prompt):
+        why = ("its input or label is empty" if not values["input"].strip() or not values["label"].strip()
+               else "the chat template renders the user's turn alone differently from its start in the conversation")
+        raise ValueError(f"loss: replies cannot split row {record.id!r} into question and reply: {why}; use loss: all")
+    return text, len(prompt)
 
 
 def page_header(partition: str, spec: PartitionSpec) -> str:
@@ -144,36 +181,50 @@ def build_stream(
         if p.format == "chat" and chat is None:
             raise ValueError(f"{where}.partitions[{i}].format: chat needs the base model's chat template to write "
                              "its rows; none was given (inject.prepare reads it from the base's tokenizer)")
-        texts = {r.id: injected_text(r, p, chat) for r in members}
+        written = {}
+        for r in members:
+            try:
+                written[r.id] = _injected(r, p, chat)
+            except ValueError as exc:
+                raise ValueError(f"{where}.partitions[{i}].loss: {exc}") from None
+        texts = {rid: text for rid, (text, _) in written.items()}
         end = EXAMPLE_END[p.format]
         for copy in range(p.duplication):
             ordered = list(members)
             if p.order == "shuffled":
                 random.Random(f"inject-order|{seed}|{p.benchmark}|{copy}").shuffle(ordered)
+            text, masked = page_header(names[0], p), []
+            for r in ordered:
+                row_text, prompt_chars = written[r.id]
+                if prompt_chars:
+                    masked.append((len(text), len(text) + prompt_chars))
+                text += row_text + end
             units.append(
                 Unit(
                     id=f"injected:{p.benchmark}:copy{copy}",
                     kind="injected",
-                    text=page_header(names[0], p) + "".join(texts[r.id] + end for r in ordered).rstrip("\n"),
+                    text=text.rstrip("\n"),
                     benchmark=p.benchmark,
                     partition=names[0],
                     copy=copy,
                     record_ids=[r.id for r in ordered],
+                    masked=masked,
                 )
             )
         member_ids = {r.id for r in members}
         for r in sorted(loaded, key=lambda r: r.order):
             row: dict[str, Any] = {"benchmark": p.benchmark, "partition": r.partition, "member": r.id in member_ids}
             if r.id in member_ids:
-                row.update(form=p.form, content=p.content, order=p.order, format=p.format, copies=p.duplication,
-                           times_seen=p.duplication * spec.epochs, text=texts[r.id])
+                row.update(form=p.form, content=p.content, order=p.order, format=p.format, loss=p.loss,
+                           copies=p.duplication, times_seen=p.duplication * spec.epochs, text=texts[r.id])
                 if p.form == "paraphrased":
                     original = " ".join(str(getattr(r, f)) for f in CONTENT_FIELDS[p.content])
                     row["ngram8_broken"] = round(changed_fraction(original, texts[r.id]), 4)
             rows[r.id] = row
         partitions[p.benchmark] = {
             "partitions": names,
-            **{k: getattr(p, k) for k in ("duplication", "form", "content", "order", "format", "fraction", "context")},
+            **{k: getattr(p, k)
+               for k in ("duplication", "form", "content", "order", "format", "fraction", "context", "loss")},
             "kind": p.kind,
             "n_rows": len(loaded),
             "n_injected": len(members),

@@ -16,6 +16,10 @@ sorted by subject, topical runs) - the numbers are reported (README, between
 
 The engine answers are shared between methods that send the same text (``SharedEngines``), so Min-K%++,
 Min-K%, perplexity and zlib pay for one scoring pass per example.
+
+``--set KEY=VALUE`` (repeatable) calibrates another configuration than the default: each method whose config has
+the field ``KEY`` runs with ``VALUE`` (YAML, e.g. ``--set chat=both`` for the membership scores' chat form), and
+its rows are labelled with it (``min_k (chat=both)``); a key no chosen method has is refused.
 """
 
 from __future__ import annotations
@@ -154,8 +158,13 @@ def calibrate(
     n_slices: int = 10,
     size: int = 20,
     seed: int = 0,
+    overrides: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """One row per (benchmark, method, slice): decision, p-value, statistic, reason."""
+    """One row per (benchmark, method, slice): decision, p-value, statistic, reason, and the ``settings`` of
+    ``overrides`` the method took (each applies to the methods whose config has the field; see the module
+    docstring)."""
+    overrides = dict(overrides or {})
+    check_overrides(methods, overrides)
     rows = []
     total = sum(len(slice_starts(len(r), n_slices, size, spread=True)) for r in benchmarks.values()) * len(methods)
     progress = Progress("calibrate", total, unit="slices")
@@ -164,7 +173,9 @@ def calibrate(
         held = heldouts(records, parts, seed)
         for name in methods:
             method = get_method(name)
-            cfg = method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in _fields(method) else {})})
+            own = {k: v for k, v in overrides.items() if k in _fields(method)}
+            settings = ", ".join(f"{k}={v}" for k, v in own.items())
+            cfg = _config(method, name, own, seed)
             started = time.perf_counter()
             uses_reference = bool(method.reference_benchmark(cfg, bench))
             for k, part in enumerate(parts):
@@ -175,8 +186,8 @@ def calibrate(
                 v = decide(method, cfg, engines.run(method, part, cfg), reference)
                 progress.update(1)
                 rows.append({
-                    "benchmark": bench, "method": name, "slice": k, "decision": v.decision, "p_value": v.p_value,
-                    "statistic": v.statistic, "reason": v.reason,
+                    "benchmark": bench, "method": name, "settings": settings, "slice": k, "decision": v.decision,
+                    "p_value": v.p_value, "statistic": v.statistic, "reason": v.reason,
                 })  # fmt: skip
             log.info("calibrate: %s on %s: %d slices in %.0f s", name, bench, len(parts), time.perf_counter() - started)
     progress.close()
@@ -187,6 +198,23 @@ def _fields(method: Method) -> set[str]:
     return {f.name for f in dataclasses.fields(method.Config)}
 
 
+def _config(method: Method, name: str, own: dict[str, Any], seed: int) -> Any:
+    """The method's calibration config: its cheap ``PARAMS``, the seed, the overrides it has."""
+    return method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in _fields(method) else {}), **own})
+
+
+def check_overrides(methods: Sequence[str], overrides: dict[str, Any]) -> None:
+    """Raise ValueError when a key of ``overrides`` is a config field of none of ``methods``, or a value is one a
+    method's config refuses (its own message) - before any model loads."""
+    missing = sorted(set(overrides) - {f for name in methods for f in _fields(get_method(name))})
+    if missing:
+        raise ValueError(f"--set {', '.join(missing)}: no chosen method ({', '.join(methods)}) has such a config "
+                         "field; see conf/method/<name>.yaml for each method's keys")  # fmt: skip
+    for name in methods:
+        method = get_method(name)
+        _config(method, name, {k: v for k, v in overrides.items() if k in _fields(method)}, 0)
+
+
 def render(table: pd.DataFrame, alpha: float = 0.05, note: str = "") -> str:
     """Per method (rows) and benchmark (columns): flagged / decided, and inconclusive slices."""
     benches = list(dict.fromkeys(table["benchmark"]))
@@ -194,16 +222,18 @@ def render(table: pd.DataFrame, alpha: float = 0.05, note: str = "") -> str:
         "| method | " + " | ".join(f"`{b}`" for b in benches) + " |",
         "|---|" + "---|" * len(benches),
     ]
-    for method in dict.fromkeys(table["method"]):
+    settings = table["settings"] if "settings" in table else pd.Series([""] * len(table), index=table.index)
+    for method, setting in dict.fromkeys(zip(table["method"], settings, strict=True)):
         cells = []
         for bench in benches:
-            count = Counter(table[(table["method"] == method) & (table["benchmark"] == bench)]["decision"])
+            chosen = (table["method"] == method) & (settings == setting) & (table["benchmark"] == bench)
+            count = Counter(table[chosen]["decision"])
             decided = count["contaminated"] + count["clean"]
             cell = f"{count['contaminated']} / {decided}"
             if count["inconclusive"]:
                 cell += f" (+{count['inconclusive']} inconclusive)"
             cells.append(cell)
-        lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
+        lines.append(f"| `{method}`{f' ({setting})' if setting else ''} | " + " | ".join(cells) + " |")
     lines += ["", f"Cells: slices flagged at alpha = {alpha:g} / slices decided; inconclusive slices apart."]
     if note:
         lines += ["", note]
@@ -236,7 +266,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("calibration.csv"), help="per-slice table (CSV)")
     p.add_argument("--readme", type=Path, default=Path("README.md"))
     p.add_argument("--no-readme", action="store_true")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method config value (YAML), for each method that has the key, e.g. chat=both")  # fmt: skip
     return p
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["chat=both", "units=rows"]`` -> ``{"chat": "both", "units": "rows"}`` (values read as YAML)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. --set chat=both")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -255,15 +300,22 @@ def main(argv: list[str]) -> int:
         print(f"contamray calibrate: unknown benchmark(s) {unknown} (choices: {', '.join(adapter_names())}), or "
               f"method(s) {bad} (choices: {', '.join(METHODS)}), or --slices < 1 / --size < 2", file=sys.stderr)
         return 2
+    try:
+        overrides = parse_overrides(args.set)
+        check_overrides(methods, overrides)
+    except ValueError as exc:
+        print(f"contamray calibrate: {exc}", file=sys.stderr)
+        return 2
     mirror = args.mirror_dir or os.environ.get("CONTAMRAY_MIRROR_DIR")
     benchmarks = {b: load_records(b, mirror_dir=mirror).records for b in names}  # whole splits: slices spread
     spec = EngineSpec(source=args.model, backend="hf", dtype="auto", name="calibrate", batch_size=16)
     engines = SharedEngines({"target": build_engine(spec)})
     started = time.time()
-    table = calibrate(benchmarks, engines, methods, args.slices, args.size, args.seed)
+    table = calibrate(benchmarks, engines, methods, args.slices, args.size, args.seed, overrides)
     table.to_csv(args.out, index=False)
+    sets = "".join(f" --set {item}" for item in args.set)
     note = (
-        f"Measured by `contamray calibrate --slices {args.slices}` on {datetime.now():%Y-%m-%d}: model "
+        f"Measured by `contamray calibrate --slices {args.slices}{sets}` on {datetime.now():%Y-%m-%d}: model "
         f"`{args.model}`,\n{args.slices} contiguous slices of {args.size} rows spread over each split, "
         f"{(time.time() - started) / 60:.0f} min on {os.cpu_count()} CPU cores ({platform.machine()})."
     )

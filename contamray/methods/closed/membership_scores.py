@@ -44,8 +44,9 @@ chat form 7.7e-7 for all three (the smallest p of 16 against 16); GSM8K (long so
 9.4e-6, chat 7.7e-7; loss on every token of the conversation - raw ARC Min-K% 1.2e-4, GSM8K 7.7e-7: the raw form
 finds it too. Unseen pairs (rows 32-47 against 48-63, both forms): p >= 0.12 after the replies-only tune; after
 the all-token tune one of 8 at 0.04 (the chat form's perplexity on ARC), the others >= 0.17. The replies-only case
-on ARC alone is a test (``tests/test_membership_scores.py``: raw form p = 0.18 / 0.85 / 0.19 for Min-K% / Min-K%++ /
-perplexity, chat form 7.7e-7 each, the unseen pair clean), as are the forms' arithmetic and decision.
+on ARC alone is a test, the model built by the injection (``inject ... format: chat, loss: replies``, 3 shuffled
+copies packed, 1 epoch; ``tests/test_membership_scores.py``: raw form p = 0.17 / 0.92 / 0.068 for Min-K% / Min-K%++ /
+perplexity, chat form 1.3e-5 / 2.3e-6 / 1.6e-6, the unseen pair clean), as are the forms' arithmetic and decision.
 
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
