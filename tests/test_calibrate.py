@@ -9,7 +9,16 @@ import pandas as pd
 import pytest
 
 from contamray.records import Record
-from contamray.validate.calibrate import END, START, heldouts, render, slices, update_readme
+from contamray.validate.calibrate import (
+    END,
+    START,
+    check_overrides,
+    heldouts,
+    parse_overrides,
+    render,
+    slices,
+    update_readme,
+)
 
 
 def _rows(n: int) -> list[Record]:
@@ -69,6 +78,27 @@ def test_render_counts_flagged_decided_and_inconclusive(tmp_path: Path) -> None:
         update_readme(readme, markdown)
 
 
+def test_set_overrides_a_config_field_and_labels_the_row() -> None:
+    """``--set KEY=VALUE``: values read as YAML; a key no chosen method has, or a value its config refuses, is
+    refused before any model loads; the table's row names the setting."""
+    assert parse_overrides(["chat=both", "units=rows", "k_fractions=[0.2]"]) == {
+        "chat": "both", "units": "rows", "k_fractions": [0.2]
+    }
+    with pytest.raises(ValueError, match=r"--set 'chat': expected KEY=VALUE"):
+        parse_overrides(["chat"])
+    check_overrides(["min_k", "sharded_likelihood"], {"chat": "both"})  # the sharded test has no chat: not refused
+    with pytest.raises(ValueError, match=r"--set nope: no chosen method \(min_k\) has such a config field"):
+        check_overrides(["min_k"], {"nope": 1})
+    with pytest.raises(ValueError, match=r"methods\.min_k\.chat must be false .* got 'maybe'"):
+        check_overrides(["min_k"], {"chat": "maybe"})
+    table = pd.DataFrame({
+        "benchmark": ["arc"] * 3, "method": ["min_k"] * 3, "settings": ["", "chat=both", "chat=both"],
+        "decision": ["clean", "contaminated", "clean"],
+    })  # fmt: skip
+    markdown = render(table)
+    assert "| `min_k` | 0 / 1 |" in markdown and "| `min_k` (chat=both) | 1 / 2 |" in markdown
+
+
 @pytest.mark.slow
 def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_model(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
@@ -76,7 +106,8 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     """The whole loop on a generated benchmark the model never saw: 3 slices of 12 rows spread over 70 rows of
     ``synthetic_facts``; the 34 rows left make two held-out blocks, so Min-K% and zlib decide the first two
     slices (these rows are independent draws: every row is a unit) and leave the third untested; one scoring
-    pass serves both; a progress line counts the 6 slices."""
+    pass serves both; a progress line counts the 6 slices. ``overrides`` (``--set chat=both``) reach the config:
+    the rows are labelled and each example is scored in the chat form too."""
     from contamray.benchmarks import load_records
     from contamray.engines import resolve_model_path
     from contamray.engines.hf import HFEngine
@@ -91,3 +122,6 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     assert set(table["decision"]) <= {"clean", "contaminated"}, table
     assert len(engines.cache) == 4 * 12  # two slices and their two held-out blocks, scored once for both methods
     assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text
+    chat = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=3, size=12, overrides={"chat": "both"})
+    assert list(chat["settings"]) == ["chat=both"] * 2 and set(chat["decision"]) <= {"clean", "contaminated"}, chat
+    assert len(engines.cache) == 4 * 12 * 3  # the raw form's scores reused, each row's chat form asked (2 requests)
