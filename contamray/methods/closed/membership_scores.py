@@ -47,6 +47,10 @@ the all-token tune one of 8 at 0.04 (the chat form's perplexity on ARC), the oth
 on ARC alone is a test, the model built by the injection (``inject ... format: chat, loss: replies``, 3 shuffled
 copies packed, 1 epoch; ``tests/test_membership_scores.py``: raw form p = 0.17 / 0.92 / 0.068 for Min-K% / Min-K%++ /
 perplexity, chat form 1.3e-5 / 2.3e-6 / 1.6e-6, the unseen pair clean), as are the forms' arithmetic and decision.
+Under the base model, on the README's calibration slices (5 contiguous slices of 20 rows of ARC, HellaSwag, MMLU and
+Winogrande; ``contamray calibrate --set chat=both``, 2026-11-29), ``chat: both`` flags 3 of 50 decided tests of the
+five scores; most HellaSwag and every Winogrande slice are inconclusive: 3 or 4 sampling units a side cannot reach
+the Bonferroni's alpha / 2 (their smallest p is 1 / C(7, 3) = 0.029).
 
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
