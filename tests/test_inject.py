@@ -281,6 +281,12 @@ def test_stream_chat_replies_only_masks_each_conversation_up_to_its_reply() -> N
     every = build_stream(validate_inject_spec(spec(format="chat"), WHERE, {"sf"}), records, background, 0, WHERE,
                          chat_renderer("smollm2-135m", parsed, WHERE))  # fmt: skip
     assert every.masked == [] and every.partitions["sf"]["loss"] == "all"
+    import dataclasses
+
+    unlabelled = {"sf": [dataclasses.replace(records["sf"][0], label=" "), *records["sf"][1:]]}
+    with pytest.raises(ValueError, match=r"partitions\[0\]\.loss: loss: replies cannot split row .* input or label "
+                                         r"is empty; use loss: all"):  # fmt: skip
+        build_stream(parsed, unlabelled, [], 0, WHERE, chat_renderer("smollm2-135m", parsed, WHERE))
 
 
 def test_stream_paraphrased_records_the_rewording() -> None:

@@ -126,9 +126,12 @@ def _injected(record: Record, spec: PartitionSpec, chat: ChatRenderer | None) ->
         return text, 0
     assert chat is not None  # loss: replies is validated with format: chat, which needs the renderer
     prompt = chat([{"role": "user", "content": values["input"]}], add_generation_prompt=True)
-    if not values["input"].strip() or not values["label"].strip() or not text.startswith(prompt):
-        why = ("its input or label is empty" if not values["input"].strip() or not values["label"].strip()
-               else "the chat template renders the user's turn alone differently from its start in the conversation")
+    why = ""
+    if not values["input"].strip() or not values["label"].strip():
+        why = "its input or label is empty"
+    elif not text.startswith(prompt):
+        why = "the chat template renders the user's turn alone differently from its start in the conversation"
+    if why:
         raise ValueError(f"loss: replies cannot split row {record.id!r} into question and reply: {why}; use loss: all")
     return text, len(prompt)
 
@@ -193,17 +196,19 @@ def build_stream(
             ordered = list(members)
             if p.order == "shuffled":
                 random.Random(f"inject-order|{seed}|{p.benchmark}|{copy}").shuffle(ordered)
-            text, masked = page_header(names[0], p), []
+            parts, masked = [page_header(names[0], p)], []
+            offset = len(parts[0])
             for r in ordered:
                 row_text, prompt_chars = written[r.id]
                 if prompt_chars:
-                    masked.append((len(text), len(text) + prompt_chars))
-                text += row_text + end
+                    masked.append((offset, offset + prompt_chars))
+                parts.append(row_text + end)
+                offset += len(parts[-1])
             units.append(
                 Unit(
                     id=f"injected:{p.benchmark}:copy{copy}",
                     kind="injected",
-                    text=text.rstrip("\n"),
+                    text="".join(parts).rstrip("\n"),
                     benchmark=p.benchmark,
                     partition=names[0],
                     copy=copy,
