@@ -58,6 +58,7 @@ from pathlib import Path
 import torch
 
 from contamray.inject.spec import PRECISIONS
+from contamray.inject.stream import Span
 from contamray.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,6 @@ def compute_precision(precision: str, device: torch.device, where: str = "finetu
 
 
 Block = tuple[list[int], list[bool]]  # token ids, and whether each is learnt (in the loss)
-
-
-Span = tuple[int, int]  # [start, end) character offsets in a text
 
 
 def _learnt(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> list[bool]:

@@ -173,9 +173,8 @@ def calibrate(
         held = heldouts(records, parts, seed)
         for name in methods:
             method = get_method(name)
-            own = {k: v for k, v in overrides.items() if k in _fields(method)}
+            cfg, own = _config(method, name, overrides, seed)
             settings = ", ".join(f"{k}={v}" for k, v in own.items())
-            cfg = _config(method, name, own, seed)
             started = time.perf_counter()
             uses_reference = bool(method.reference_benchmark(cfg, bench))
             for k, part in enumerate(parts):
@@ -198,9 +197,12 @@ def _fields(method: Method) -> set[str]:
     return {f.name for f in dataclasses.fields(method.Config)}
 
 
-def _config(method: Method, name: str, own: dict[str, Any], seed: int) -> Any:
-    """The method's calibration config: its cheap ``PARAMS``, the seed, the overrides it has."""
-    return method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in _fields(method) else {}), **own})
+def _config(method: Method, name: str, overrides: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
+    """The method's calibration config (its cheap ``PARAMS``, the seed, the overrides it has a field for) and those
+    overrides."""
+    fields = _fields(method)
+    own = {k: v for k, v in overrides.items() if k in fields}
+    return method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in fields else {}), **own}), own
 
 
 def check_overrides(methods: Sequence[str], overrides: dict[str, Any]) -> None:
@@ -211,8 +213,7 @@ def check_overrides(methods: Sequence[str], overrides: dict[str, Any]) -> None:
         raise ValueError(f"--set {', '.join(missing)}: no chosen method ({', '.join(methods)}) has such a config "
                          "field; see conf/method/<name>.yaml for each method's keys")  # fmt: skip
     for name in methods:
-        method = get_method(name)
-        _config(method, name, {k: v for k, v in overrides.items() if k in _fields(method)}, 0)
+        _config(get_method(name), name, overrides, 0)
 
 
 def render(table: pd.DataFrame, alpha: float = 0.05, note: str = "") -> str:
