@@ -400,7 +400,7 @@ def test_vllm_matches_transformers(smollm2_path: str, hf32: HFEngine) -> None:
         replies = ["", "Paris"]  # scored after the chat template's user turn: the same ids, the same scores
         ours, theirs = engine.score([QUESTION] * 2, replies=replies), hf32.score([QUESTION] * 2, replies=replies)
         for a, b in zip(ours, theirs, strict=True):
-            assert a.token_ids == b.token_ids
+            assert a.token_ids == b.token_ids and a.prompt_tokens == b.prompt_tokens > 0
             assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs)) <= CROSS_TOL
         long_text = " ".join([TEXTS[1]] * 50)
         n = engine.count_tokens([long_text])[0]
@@ -568,6 +568,11 @@ def test_a_reply_is_scored_after_the_user_turn_of_the_chat_template(hf32: HFEngi
     assert close(paris.token_logprobs, direct.token_logprobs)
     n = len(alone.token_logprobs)
     assert close(alone.token_logprobs, paris.token_logprobs[:n])
+    # where each reply starts, from the tokenizer: the turn need not be scored alone to find it
+    assert alone.prompt_tokens == paris.prompt_tokens == london.prompt_tokens == len(prompt_ids) == n + 1
+    assert hf32.score([QUESTION])[0].prompt_tokens == 0  # no reply
+    (windowed,) = hf32.score([QUESTION], replies=["Paris"], context_len=8, stride=4)
+    assert windowed.prompt_tokens == len(prompt_ids) and windowed.windows > 1
     assert sum(paris.token_logprobs[n:]) > sum(london.token_logprobs[n:]) + 2  # the instruct model's own answer
     made = [
         Request(key="c", record_ids=("r1",), kind="score", text=QUESTION, chat=True, reply="Paris"),
@@ -576,7 +581,8 @@ def test_a_reply_is_scored_after_the_user_turn_of_the_chat_template(hf32: HFEngi
     requests = [Request.from_row(json.loads(json.dumps(r.to_row()))) for r in made]  # as actors receive them
     assert requests == made
     chat, joined = answer_requests(hf32, requests)
-    assert close(chat.token_logprobs, paris.token_logprobs)
+    assert close(chat.token_logprobs, paris.token_logprobs) and chat.prompt_tokens == len(prompt_ids)
+    assert joined.prompt_tokens == 0
     assert close(joined.token_logprobs, hf32.score([QUESTION + " Paris"])[0].token_logprobs)
 
 

@@ -351,7 +351,7 @@ def test_prompt_logprobs_equal_the_local_engine(vllm_server: str, hf32, api: str
         # a reply after the user turn the server renders in the model's chat template, as the local engines read it
         question, replies = ["What is the capital of France?"] * 2, ["", "Paris"]
         for r, lo in zip(engine.score(question, replies=replies), hf32.score(question, replies=replies), strict=True):
-            assert not r.error and r.token_ids == lo.token_ids
+            assert not r.error and r.token_ids == lo.token_ids and r.prompt_tokens == lo.prompt_tokens > 0
             assert max(abs(a - b) for a, b in zip(r.token_logprobs, lo.token_logprobs)) <= CROSS_TOL
     else:
         with pytest.raises(NotImplementedError, match="chat-rendered scores need token ids"):

@@ -9,6 +9,7 @@ Known answers used here:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 
@@ -530,18 +531,24 @@ def qa(i: int, question: str = QUESTION, answer: str = ANSWER, partition: str = 
                   task="question_answering", order=i)  # fmt: skip
 
 
-def test_the_chat_form_asks_for_the_conversation_and_the_users_turn_alone_and_an_empty_label_says_why():
+def test_the_chat_form_asks_for_the_conversation_alone_and_an_empty_label_says_why():
     method = get_method("lowercase_ratio")
     cfg = method.make_config({"chat": "both"})
     requests = {r.key: r for r in method.requests([qa(0)], cfg, 0, {})}
-    assert set(requests) == {"r0|text@target", "r0|lower@target", "r0|chat/text@target", "r0|chat/text@target/prompt",
-                             "r0|chat/lower@target", "r0|chat/lower@target/prompt"}  # fmt: skip
+    # one request per form and variant: the engine says where the reply starts (Output.prompt_tokens)
+    assert set(requests) == {"r0|text@target", "r0|lower@target", "r0|chat/text@target", "r0|chat/lower@target"}
     raw, chat = requests["r0|text@target"], requests["r0|chat/text@target"]
-    prompt = requests["r0|chat/text@target/prompt"]
     assert (raw.text, raw.chat, raw.reply) == (f"{QUESTION}\n{ANSWER}", False, "")
     assert (chat.text, chat.chat, chat.reply) == (QUESTION, True, ANSWER)
-    assert (prompt.text, prompt.chat, prompt.reply) == (QUESTION, True, "")
     assert requests["r0|chat/lower@target"].reply == ANSWER.lower()
+    # an engine that does not say where the reply starts fails the row, naming the request, never scores the turn
+    lp = [-1.0] * 12
+    outputs = {key: Output(key=key, token_logprobs=lp, num_tokens=12, n_windows=1) for key in requests}
+    row = method.score([qa(0)], outputs, cfg)[0]
+    assert row["score"] is None and "did not say where the reply starts" in row["error"], row
+    outputs = {key: dataclasses.replace(o, prompt_tokens=9 if "chat" in key else 0) for key, o in outputs.items()}
+    row = method.score([qa(0)], outputs, cfg)[0]
+    assert row["error"] == "" and row["n_tokens_chat"] == 4 and row["n_tokens"] == 12, row  # positions 9..12
     assert {r.key for r in get_method("min_k").requests([qa(0)], get_method("min_k").make_config({}), 0, {})} == {
         "r0|text@target"
     }  # the default (the paper's raw form) asks for nothing more

@@ -27,7 +27,7 @@ Shared by the backends (so they read the same token ids):
   writes its own, as ``apply_chat_template(tokenize=True)`` does); a tokenizer without a template
   gets the raw text;
 - ``scored_ids`` / ``with_replies``: what ``score`` reads - the text, or with replies the chat-rendered prompt
-  followed by each reply's ids;
+  followed by each reply's ids (``mark_replies`` records where each reply starts: ``TokenScores.prompt_tokens``);
 - ``keep_head`` / ``keep_tail``: a text longer than the context is cut (scored texts keep their
   start, prompts their end) and the number of tokens left out is returned with it, so no cut is
   silent: it reaches ``Output.truncated`` and ``warn_truncated`` logs one warning per call;
@@ -66,6 +66,9 @@ class TokenScores:
     truncated: int = 0
     windows: int = 1  # rolling windows it was scored in (``score_rolling``)
     error: str = ""  # why this text could not be scored (an engine that fails per request, ``http.py``)
+    # scored with a reply (``replies``): the chat-rendered user turn's ids before it, so the reply's scores are
+    # ``token_logprobs[prompt_tokens - 1:]`` without a second request for the turn alone; 0 without a reply
+    prompt_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -201,13 +204,25 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[l
     return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
 
 
-def scored_ids(engine: Any, texts: Sequence[str], replies: Sequence[str] | None = None) -> list[list[int]]:
+def scored_ids(
+    engine: Any, texts: Sequence[str], replies: Sequence[str] | None = None
+) -> tuple[list[list[int]], list[int]]:
     """The ids a local engine's ``score`` reads: each text (``engine.encode``), or with ``replies`` each text as a
     user turn of the chat template (``engine.encode_prompts`` with ``chat``) followed by its reply
-    (``with_replies``)."""
+    (``with_replies``); and each sequence's turn length in ids (0 without replies; ``TokenScores.prompt_tokens``):
+    the turn's ids are the same whatever the reply, so the tokenizer alone says where each reply starts, without
+    scoring the turn on its own."""
     if replies is None:
-        return engine.encode(texts)
-    return with_replies(engine.encode_prompts(texts, chat=True), engine.tokenizer, replies)
+        return engine.encode(texts), [0] * len(texts)
+    turns = engine.encode_prompts(texts, chat=True)
+    return with_replies(turns, engine.tokenizer, replies), [len(ids) for ids in turns]
+
+
+def mark_replies(results: list[TokenScores], turns: Sequence[int]) -> list[TokenScores]:
+    """``results`` with each one's ``prompt_tokens`` (the turn lengths of ``scored_ids``)."""
+    for res, n in zip(results, turns, strict=True):
+        res.prompt_tokens = int(n)
+    return results
 
 
 def with_replies(prompt_ids: list[list[int]], tokenizer: Any, replies: Sequence[str]) -> list[list[int]]:

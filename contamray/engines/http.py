@@ -85,6 +85,7 @@ from contamray.engines.base import (
     TokenScores,
     check_window,
     keep_head,
+    mark_replies,
     score_rolling,
     token_limits,
     warn_truncated,
@@ -373,15 +374,16 @@ class HTTPEngine:
                            billable=False)  # fmt: skip
         return [int(t) for t in answer["tokens"]]
 
-    def _tokenize_reply(self, prompt: str, reply: str) -> list[int]:
-        """``prompt`` as one user turn in the server's chat template with the generation prompt, then ``reply``'s
-        ids (no special tokens): ``base.with_replies`` on the server's tokenizer (``api: vllm``, as ``score`` asks)."""
+    def _tokenize_reply(self, prompt: str, reply: str) -> tuple[list[int], list[int]]:
+        """``prompt`` as one user turn in the server's chat template with the generation prompt, and ``reply``'s ids
+        (no special tokens) to follow it: ``base.with_replies`` on the server's tokenizer (``api: vllm``, as ``score``
+        asks); the turn's length says where the reply's scores start (``TokenScores.prompt_tokens``)."""
         turn = self.post("/tokenize", {"model": self.model, "messages": [{"role": "user", "content": prompt}],
                                        "add_generation_prompt": True, "add_special_tokens": False},
                          billable=False)  # fmt: skip
         tail = self.post("/tokenize", {"model": self.model, "prompt": reply, "add_special_tokens": False},
                          billable=False) if reply else {"tokens": []}  # fmt: skip
-        return [int(t) for t in turn["tokens"]] + [int(t) for t in tail["tokens"]]
+        return [int(t) for t in turn["tokens"]], [int(t) for t in tail["tokens"]]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids as the server's tokenizer gives them, special tokens included (``api: vllm``)."""
@@ -471,9 +473,10 @@ class HTTPEngine:
                                               f"set {self.where}.api=vllm for a vLLM server")  # fmt: skip
             return self._map(self._score_echo, list(texts))
         jobs: list[Any] = list(texts) if replies is None else list(zip(texts, replies, strict=True))
-        encoded = self._map(self._tokenize_or_error, jobs)
+        encoded = self._map(self._tokenize_or_error, jobs)  # ids, (turn, reply) ids, or why it failed
         failed = {i: e for i, e in enumerate(encoded) if isinstance(e, str)}
-        ids = [[] if isinstance(e, str) else e for e in encoded]
+        turns = [len(e[0]) if isinstance(e, tuple) else 0 for e in encoded]
+        ids = [_joined(e) for e in encoded]
         limit = self.max_context if self.max_model_len else 2**31  # unknown context: nothing is cut here
         if context_len:
             check_window(context_len, stride, limit, self.name)
@@ -486,9 +489,9 @@ class HTTPEngine:
                 res.truncated = n
         for i, error in failed.items():
             results[i] = TokenScores(token_logprobs=[], error=error)
-        return results
+        return mark_replies(results, turns)
 
-    def _tokenize_or_error(self, job: str | tuple[str, str]) -> list[int] | str:
+    def _tokenize_or_error(self, job: str | tuple[str, str]) -> list[int] | tuple[list[int], list[int]] | str:
         try:
             return self._tokenize(job) if isinstance(job, str) else self._tokenize_reply(*job)
         except (RequestFailed, KeyError, TypeError, ValueError) as err:
@@ -535,6 +538,13 @@ class HTTPEngine:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
+
+
+def _joined(encoded: list[int] | tuple[list[int], list[int]] | str) -> list[int]:
+    """The ids ``score`` reads from one of ``_tokenize_or_error``'s answers (none for a failed one)."""
+    if isinstance(encoded, str):
+        return []
+    return encoded[0] + encoded[1] if isinstance(encoded, tuple) else encoded
 
 
 def _read_key(variable: str, where: str) -> str:

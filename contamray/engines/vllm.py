@@ -64,6 +64,7 @@ from contamray.engines.base import (
     has_chat_template,
     keep_head,
     keep_tail,
+    mark_replies,
     score_rolling,
     scored_ids,
     token_limits,
@@ -230,16 +231,16 @@ class VLLMEngine:
     ) -> list[TokenScores]:
         if with_vocab_stats:
             raise NotImplementedError(VOCAB_STATS_UNSUPPORTED)
-        ids = scored_ids(self, texts, replies)
+        ids, turns = scored_ids(self, texts, replies)
         if context_len:  # rolling windows over each text's ids: nothing is cut
             check_window(context_len, stride, self.max_context, self.name)
-            return score_rolling(self.score_ids, ids, context_len, stride, False)
+            return mark_replies(score_rolling(self.score_ids, ids, context_len, stride, False), turns)
         encoded, truncated = keep_head(ids, self.max_context)
         warn_truncated(self.name, "texts", truncated, self.max_context, "scored on their first tokens")
         results = self.score_ids(encoded)
         for res, n in zip(results, truncated):
             res.truncated = n
-        return results
+        return mark_replies(results, turns)
 
     def score_ids(self, encoded: list[list[int]], with_vocab_stats: bool = False) -> list[TokenScores]:
         """Scores of token id sequences (each at most the model's context): prompt log-probabilities."""

@@ -105,6 +105,8 @@ class Output:
     ``token_mean`` / ``token_std`` are, per scored position, the mean and standard deviation of the
     next-token log-probability over the vocabulary (Min-K%++), filled only when asked for.
     ``n_windows`` is how many rolling windows a score took (``Request.context_len`` / ``stride``).
+    ``prompt_tokens``, for a score with a ``reply`` under ``chat``, is the rendered user turn's token count: the
+    reply's log-probabilities are ``token_logprobs[prompt_tokens - 1:]``.
     ``truncated`` counts the tokens of the request the engine had to leave out (a prompt or text
     longer than the model's context): 0 when the whole text was read.
     ``error`` is non-empty when the request failed; the rest is then empty.
@@ -121,6 +123,7 @@ class Output:
     n_windows: int = 0  # score: windows the text was scored in (1 when it fit one context)
     texts: list[str] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    prompt_tokens: int = 0  # score with a reply (``chat``): the user turn's ids; the reply's are after them
 
     def to_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

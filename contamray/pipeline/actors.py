@@ -102,6 +102,7 @@ def _call(engine: Any, kind: str, option: Any, reqs: list[Request]) -> list[Outp
             token_std=list(map(float, s.token_std)),
             truncated=int(s.truncated),
             n_windows=int(s.windows),
+            prompt_tokens=int(s.prompt_tokens),
         )
         for r, s in zip(reqs, scores, strict=True)
     ]

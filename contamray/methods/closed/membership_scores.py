@@ -34,10 +34,11 @@ Prompt forms (``chat``, not in the papers, which score raw text): ``chat: false`
 serialised ``fields``. ``chat: true`` writes the example as a conversation - its input the user's turn in the
 model's chat template (with the assistant's generation prompt), its label the assistant's reply, as supervised
 fine-tuning data and an injected row of ``format: chat`` are written - and scores the reply's tokens only (one
-request for the conversation and one for the user's turn alone, whose length says where the reply starts; the zlib
-ratio compresses the reply). ``chat: both`` scores both forms and decides by the Bonferroni combination of their
-held-out tests (``prompt_forms``; columns of the chat form end in ``_chat``). Why: a chat model tuned with the loss on
-its replies only learns the answers given the rendered question, not the raw text. Measured by hand (2026-11-29,
+request for the conversation; the engine says where the reply starts, ``Output.prompt_tokens``, from the tokenizer:
+the user's turn is not scored on its own; the zlib ratio compresses the reply). ``chat: both`` scores both forms and
+decides by the Bonferroni combination of their held-out tests (``prompt_forms``; columns of the chat form end in
+``_chat``). Why: a chat model tuned with the loss on its replies only learns the answers given the rendered question,
+not the raw text. Measured by hand (2026-11-29,
 the embedded model, 16 ARC-Challenge and 16 GSM8K rows as conversations, 3 epochs at lr 3e-4, rows 16-31 the
 held-out, Mann-Whitney p): loss on the replies only - ARC raw form Min-K% p = 0.17, Min-K%++ 0.87, perplexity 0.037;
 chat form 7.7e-7 for all three (the smallest p of 16 against 16); GSM8K (long solutions) raw 4.9e-4 / 3.0e-5 /
@@ -205,10 +206,6 @@ class Variant:
     def base(self, record_id: str) -> str:
         return f"{record_id}|{self.tag + '/' if self.tag else ''}{self.name}@{self.engine}"
 
-    def prompt_key(self, record_id: str) -> str:
-        """The chat form's second request: the user's turn alone, whose length says where the reply starts."""
-        return f"{self.base(record_id)}/prompt"
-
 
 @dataclass(frozen=True)
 class Form:
@@ -275,15 +272,11 @@ class MembershipMethod(HeldoutTest):
             for form in self.forms(record, cfg):
                 if _chat_error(form):
                     continue  # score() reports it
-                for v in self.form_variants(form, cfg):
-                    keys = [(v.base(record.id), v.reply)]
-                    if v.reply is not None:  # the user's turn alone (the same vocab_stats: one call, one prefix)
-                        keys.append((v.prompt_key(record.id), ""))
-                    out += [
-                        score_request(key, (record.id,), v.text, cfg.context_len, cfg.stride,
-                                      vocab_stats=v.vocab_stats, engine=v.engine, reply=reply)  # fmt: skip
-                        for key, reply in keys
-                    ]
+                out += [
+                    score_request(v.base(record.id), (record.id,), v.text, cfg.context_len, cfg.stride,
+                                  vocab_stats=v.vocab_stats, engine=v.engine, reply=v.reply)  # fmt: skip
+                    for v in self.form_variants(form, cfg)
+                ]
         return out
 
     # score ---------------------------------------------------------------------
@@ -346,7 +339,7 @@ class MembershipMethod(HeldoutTest):
             try:
                 s = read_scored(got, v.base(record.id), vocab_stats=v.vocab_stats)
                 if v.reply is not None:
-                    s = _reply_part(s, len(read_scored(got, v.prompt_key(record.id)).token_logprobs))
+                    s = _reply_part(s, got[v.base(record.id)].prompt_tokens, v.base(record.id))
             except (KeyError, RuntimeError) as err:
                 errors.append(str(err).strip("'\""))
                 continue
@@ -390,10 +383,15 @@ def _chat_error(form: Form) -> str:
     return ""
 
 
-def _reply_part(full: Scored, prompt_tokens: int) -> Scored:
-    """The scores of a chat form's reply: the positions after its user turn's ``prompt_tokens`` scored ones (the
-    user turn's ids are the same with and without the reply, ``engines.base.with_replies``)."""
-    cut = slice(prompt_tokens, None)
+def _reply_part(full: Scored, prompt_tokens: int, key: str) -> Scored:
+    """The scores of a chat form's reply: the positions after its user turn's ``prompt_tokens`` ids (the engine's
+    ``Output.prompt_tokens``: the turn's ids are the same with and without the reply, ``engines.base.with_replies``,
+    so the reply's first token is at position ``prompt_tokens``, the first scored one being position 1)."""
+    if prompt_tokens < 1:
+        raise RuntimeError(f"request {key!r}: the engine did not say where the reply starts (Output.prompt_tokens); "
+                           "score the chat form on an engine that renders chat turns (backend hf, vllm, or http with "
+                           "api: vllm)")  # fmt: skip
+    cut = slice(prompt_tokens - 1, None)
     return Scored(full.token_logprobs[cut], full.token_mean[cut], full.token_std[cut], n_windows=full.n_windows)
 
 
