@@ -124,4 +124,7 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text
     chat = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=3, size=12, overrides={"chat": "both"})
     assert list(chat["settings"]) == ["chat=both"] * 2 and set(chat["decision"]) <= {"clean", "contaminated"}, chat
-    assert len(engines.cache) == 4 * 12 * 3  # the raw form's scores reused, each row's chat form asked (2 requests)
+    # the raw form's scores reused, each row's chat form asked in one request: the engine says where its reply starts
+    assert len(engines.cache) == 4 * 12 * 2
+    chat_outputs = [out for (_, key), out in engines.cache.items() if key[3]]  # key[3]: chat
+    assert len(chat_outputs) == 4 * 12 and all(out.prompt_tokens > 1 for out in chat_outputs)
