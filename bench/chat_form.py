@@ -32,8 +32,6 @@ print = functools.partial(print, flush=True)  # noqa: A001 - progress shows up i
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ORDER = ("min_k_plus_plus", "min_k", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,12 +47,12 @@ def main() -> None:
     from contamray.engines import resolve_model_path
     from contamray.engines.hf import HFEngine
     from contamray.methods.base import get_method
-    from contamray.validate.calibrate import SharedEngines
+    from contamray.validate.calibrate import MEMBERSHIP, SharedEngines
 
     records = load_records(args.benchmark, n=args.rows, mirror_dir=Path(args.mirror)).records
     engine = HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", batch_size=args.batch_size)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {len(records)} rows of {args.benchmark}")
-    methods = [(get_method(n), get_method(n).make_config({"chat": "both"})) for n in ORDER]
+    methods = [(get_method(n), get_method(n).make_config({"chat": "both"})) for n in MEMBERSHIP]
     requests = [r for method, cfg in methods for r in method.requests(records, cfg, 0, {})]
     chat = [r for r in requests if r.chat]
     turns = [dataclasses.replace(r, key=f"{r.key}/turn", reply="") for r in chat]
