@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.xdist_scheduling import pytest_xdist_make_scheduler  # noqa: F401 - a hook: README's loadfile, recovering
+
 # Under pytest-xdist (README's test command runs two workers) each worker process gets a Ray temp dir of its
 # own: ray.init() without an address joins the cluster whose address Ray wrote under its temp dir (the
 # ``ray.cluster_utils.Cluster`` fixture writes one), and must never find the other worker's - nor, when a worker
@@ -20,6 +22,7 @@ if WORKER and "RAY_TMPDIR" not in os.environ:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _stop_serve_router_before_ray_shutdown()
     if WORKER:
         # two workers on the machine's cores: torch in this process takes one thread, not all of them
         # (the processes a test starts - Ray workers, a run's driver - size their own threads)
@@ -27,6 +30,31 @@ def pytest_configure(config: pytest.Config) -> None:
 
         torch.set_num_threads(1)
 
+
+
+def _stop_serve_router_before_ray_shutdown() -> None:
+    """Every ``ray.shutdown()`` of this test process first stops Serve's driver-side router loop
+    (``contamray.serve.router_loop``). A module that reached a deployment through a handle leaves that loop
+    running for the rest of the process, and the next modules start and stop Ray sessions of their own: a call
+    of the loop landing while one of them is shut down ends the whole worker (seen once: an xdist worker lost
+    after ``test_match_pool``, the loop started by ``test_finetune_task`` minutes before)."""
+    import functools
+
+    import ray
+
+    from contamray.serve.router_loop import stop_driver_router
+
+    shutdown = ray.shutdown
+    if getattr(shutdown, "stops_serve_router", False):
+        return
+
+    @functools.wraps(shutdown)
+    def guarded(*args, **kwargs):
+        stop_driver_router()
+        return shutdown(*args, **kwargs)
+
+    guarded.stops_serve_router = True  # type: ignore[attr-defined]
+    ray.shutdown = guarded
 
 # Modules that take minutes on 2 cores (the slowest of `pytest --durations`: real fine-tunes, engines scoring
 # thousands of texts, runs on 3-node clusters), in this order, ahead of the rest. README's command runs
