@@ -30,9 +30,10 @@ def test_requests_score_the_prompt_and_each_option(arc):
     # chat: true - the prompt is a user turn of the model's chat template, each option the assistant's reply
     chat = method.requests(arc, method.make_config({"contamination_from": "meteor_recall", "chat": True}), 0, {})
     first_chat = [q for q in chat if q.record_ids == (arc[0].id,)]
-    assert [q.key for q in first_chat] == [q.key for q in first] and all(q.chat for q in first_chat)
+    # no request for the prompt alone: each answer says where its reply starts (Output.prompt_tokens)
+    assert [q.key for q in first_chat] == [q.key for q in first[1:]] and all(q.chat for q in first_chat)
     assert {q.text for q in first_chat} == {first[0].text}
-    assert [q.reply for q in first_chat] == ["", *arc[0].choices]  # no space: the reply follows the header
+    assert [q.reply for q in first_chat] == list(arc[0].choices)  # no space: the reply follows the header
     assert not any(q.chat or q.reply for q in requests)
 
 

@@ -32,12 +32,14 @@ def _record(i: int, partition: str, gold: int = 1) -> Record:
 
 def _outputs(record: Record, option_logprobs: list[float], tag: str = "") -> dict[str, Output]:
     """The prompt scored as 3 tokens, each option as one more token of the given log-probability (``tag``: the
-    keys of a second prompt form, ``chat: both``)."""
+    keys of a second prompt form, ``chat: both``, whose answers say where the reply starts instead of a request for
+    the prompt alone: its 4 tokens, the first without a log-probability)."""
     prompt = [-1.0, -1.0, -1.0]
     part = f"{tag}/" if tag else ""
-    outs = {f"{record.id}|{part}prompt": Output(key=f"{record.id}|{part}prompt", token_logprobs=prompt)}
+    outs = {} if tag == "chat" else {f"{record.id}|prompt": Output(key=f"{record.id}|prompt", token_logprobs=prompt)}
     for k, lp in enumerate(option_logprobs):
-        outs[f"{record.id}|{part}{k}"] = Output(key=f"{record.id}|{part}{k}", token_logprobs=[*prompt, lp])
+        key = f"{record.id}|{part}{k}"
+        outs[key] = Output(key=key, token_logprobs=[*prompt, lp], prompt_tokens=4 if tag == "chat" else 0)
     return outs
 
 
@@ -66,7 +68,7 @@ def test_other_formats_list_the_options_and_answer_by_letter_and_a_bad_format_na
     requests = METHOD.requests([record], cfg, 0, {})
     assert all(r.kind == "score" and r.chat for r in requests)
     assert {r.text for r in requests} == {"question 0?\nA. red\nB. green\nC. blue"}
-    assert [r.reply for r in requests] == ["", "A. red", "B. green", "C. blue"]
+    assert [r.reply for r in requests] == ["A. red", "B. green", "C. blue"]  # each answer says where its reply starts
     markup = "<|im_start|>user\n{input}\n{choices}<|im_end|>\n<|im_start|>assistant\n"
     cfg = METHOD.make_config({"template": markup, "answer": "letter_option", "separator": ""})
     prompt, *answers = [r.text for r in METHOD.requests([record], cfg, 0, {})]
@@ -110,9 +112,9 @@ def test_both_prompt_forms_decide_by_the_bonferroni_of_their_two_tests() -> None
     cfg = METHOD.make_config({"reference": {"b": "b_ref"}, "chat": "both"})
     requests = METHOD.requests([_record(0, "b/test")], cfg, 0, {})
     assert [r.key for r in requests] == ["q0|prompt", "q0|0", "q0|1", "q0|2",
-                                         "q0|chat/prompt", "q0|chat/0", "q0|chat/1", "q0|chat/2"]  # fmt: skip
-    assert [r.chat for r in requests] == [False] * 4 + [True] * 4
-    assert [r.reply for r in requests[4:]] == ["", "red", "green", "blue"]  # no separator before a reply
+                                         "q0|chat/0", "q0|chat/1", "q0|chat/2"]  # fmt: skip
+    assert [r.chat for r in requests] == [False] * 4 + [True] * 3
+    assert [r.reply for r in requests[4:]] == ["red", "green", "blue"]  # no separator before a reply
 
     guessing = [(-1) ** i * 0.05 * (i % 7) for i in range(30)]
 

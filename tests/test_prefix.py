@@ -150,9 +150,10 @@ def assert_same_scores(shared: list, whole: list) -> None:
 
 @pytest.mark.parametrize("chat", [False, True])
 def test_multiple_choice_texts_score_as_read_whole_reading_their_question_once(engines, mirror_dir, chat) -> None:
-    """The held-out accuracy gap's requests - each question alone and with each option appended, raw or as a chat
-    turn and reply - share the question: scored with it read once per row group, every text's log-probabilities
-    (and Min-K%++'s vocabulary statistics) are those of the text read whole, for well under half the reading."""
+    """The held-out accuracy gap's requests - each question with each option appended (and alone, raw), or as a
+    chat turn and each option its reply - share the question: scored with it read once per row group, every text's
+    log-probabilities (and Min-K%++'s vocabulary statistics) are those of the text read whole, for well under half
+    the reading."""
     method = get_method("heldout_accuracy")
     form = {"chat": True, "template": "{input}\n{choices}", "answer": "letter_option"} if chat else {}
     cfg = method.make_config({"reference": "heldout", **form})

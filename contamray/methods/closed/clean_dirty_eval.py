@@ -13,7 +13,9 @@ the harness's ARC format, the option after a space); the prediction is the optio
 perplexity, ``exp(-mean log p(option tokens | prompt))``. Each option's token log-probabilities are
 the scored tokens of ``prompt + " " + option`` beyond those of the prompt alone (one extra ``score``
 request per example for the prompt), which is exact when the option starts a new token after the
-space, as with the BPE / SentencePiece tokenizers of the models studied.
+space, as with the BPE / SentencePiece tokenizers of the models studied. In the chat form (``chat``) each
+option is the assistant's reply to the prompt as a user turn, and its tokens are the reply's (the engine says
+where the reply starts: no request for the prompt alone).
 
 The split comes from an open-data method of the same run: ``contamination_from`` names it (its label
 under ``methods:``) and the runner merges its per-example ``contaminated`` and ``contamination_type``
@@ -91,8 +93,9 @@ def option_requests(
     continuation (default: the option after a space, or with ``chat`` the option alone; ``choice_perplexities``
     reads them); none for an example without options. With ``chat`` the prompt is a user turn in the model's chat
     template and each continuation the assistant's reply (``Request.reply``), as lm-evaluation-harness scores
-    multiple choice with ``--apply_chat_template``. ``tag`` prefixes the keys (a second prompt form of one
-    example, ``prompt_forms``)."""
+    multiple choice with ``--apply_chat_template``; no request for the prompt alone then, as each answer says where
+    its reply starts (``Output.prompt_tokens``). ``tag`` prefixes the keys (a second prompt form of one example,
+    ``prompt_forms``)."""
     if len(record.choices) < 2:
         return []
     after = continuations if continuations is not None else [
@@ -105,7 +108,8 @@ def option_requests(
             return Request(key, (record.id,), "score", text, chat=True, reply=reply)
         return Request(key, (record.id,), "score", text + reply)
 
-    return [scored("prompt", "")] + [scored(str(k), continuation) for k, continuation in enumerate(after)]
+    alone = [] if chat else [scored("prompt", "")]
+    return alone + [scored(str(k), continuation) for k, continuation in enumerate(after)]
 
 
 def gold_index(record: Record) -> int | None:
@@ -133,30 +137,39 @@ def _outputs(outputs: Mapping[str, Output] | Iterable[Any]) -> dict[str, Output]
     return out
 
 
-def choice_perplexities(record: Record, outputs: dict[str, Output], tag: str = "") -> list[float]:
-    """Perplexity of every option given the prompt (the requests of ``option_requests`` with ``tag``); raises with the
-    reason when it cannot."""
+def choice_perplexities(record: Record, outputs: dict[str, Output], tag: str = "", chat: bool = False) -> list[float]:
+    """Perplexity of every option given the prompt (the requests of ``option_requests`` with ``tag`` and ``chat``);
+    raises with the reason when it cannot. An option's tokens are those its answer scored beyond the prompt's: the
+    prompt's own request's count, or in the chat form the position its answer gives (``prompt_tokens``: the user
+    turn's tokens; the reply's log-probabilities start one before, as the first token has none)."""
     part = f"{tag}/" if tag else ""
-    ctx = outputs.get(_key(record.id, f"{part}prompt"))
-    if ctx is None or ctx.error:
-        raise ValueError(f"prompt score missing or failed ({ctx.error if ctx else 'no output'})")
-    n = len(ctx.token_logprobs)
+    n = 0
+    if not chat:
+        ctx = outputs.get(_key(record.id, f"{part}prompt"))
+        if ctx is None or ctx.error:
+            raise ValueError(f"prompt score missing or failed ({ctx.error if ctx else 'no output'})")
+        n = len(ctx.token_logprobs)
     values = []
     for k in range(len(record.choices)):
         full = outputs.get(_key(record.id, f"{part}{k}"))
         if full is None or full.error:
             raise ValueError(f"option {k} score missing or failed ({full.error if full else 'no output'})")
-        continuation = full.token_logprobs[n:]
+        if chat and full.prompt_tokens < 1:
+            raise ValueError(f"option {k}'s chat answer does not say where its reply starts (no prompt_tokens "
+                             "from the engine); score it with an engine that renders chat templates")  # fmt: skip
+        continuation = full.token_logprobs[full.prompt_tokens - 1 if chat else n :]
         if not continuation:
             raise ValueError(f"option {k} added no tokens to the prompt (empty option?)")
         values.append(math.exp(-sum(continuation) / len(continuation)))
     return values
 
 
-def answered(record: Record, outputs: dict[str, Output], what: str, tag: str = "") -> dict[str, Any]:
+def answered(
+    record: Record, outputs: dict[str, Output], what: str, tag: str = "", chat: bool = False
+) -> dict[str, Any]:
     """One multiple-choice example as the harness scores it: the options' perplexities, the prediction (the lowest;
     ties to the first), the gold option and ``correct`` - or ``error``, naming why it cannot be scored (``what``: the
-    method, for the message; ``tag``: the requests' prompt form)."""
+    method, for the message; ``tag`` and ``chat``: the requests' prompt form)."""
     gold = gold_index(record)
     if len(record.choices) < 2:
         return {"error": f"example {record.id!r} of {record.partition!r} has no options; {what} scores "
@@ -164,7 +177,7 @@ def answered(record: Record, outputs: dict[str, Output], what: str, tag: str = "
     if gold is None:
         return {"error": f"example {record.id!r}: the label {record.label!r} is not one of its options"}
     try:
-        ppl = choice_perplexities(record, outputs, tag)
+        ppl = choice_perplexities(record, outputs, tag, chat)
     except ValueError as err:
         return {"error": f"example {record.id!r}: {err}"}
     prediction = min(range(len(ppl)), key=lambda k: (ppl[k], k))
@@ -230,7 +243,7 @@ class CleanDirtyEval(Method):
         rows = []
         for record in records:
             row: dict[str, Any] = {"record_id": record.id, "partition": record.partition, "error": ""}
-            row.update(answered(record, by_key, "clean-vs-dirty evaluation"))
+            row.update(answered(record, by_key, "clean-vs-dirty evaluation", chat=cfg.chat))
             rows.append(row)
         return rows
 

@@ -135,8 +135,8 @@ class HeldoutAccuracy(HeldoutTest):
     def requests(
         self, records: list[Record], cfg: HeldoutAccuracyConfig, stage: int, outputs: dict[str, Output]
     ) -> list[Request]:
-        """Stage 0: the prompt, and the prompt followed by each option, in each prompt form (multiple-choice records
-        only)."""
+        """Stage 0: the prompt (raw form only), and the prompt followed by each option, in each prompt form
+        (multiple-choice records only)."""
         if stage > 0:
             return []
         return [
@@ -149,8 +149,8 @@ class HeldoutAccuracy(HeldoutTest):
 
     def _score_one(self, record: Record, got: dict[str, Output], cfg: HeldoutAccuracyConfig) -> dict[str, Any]:
         row: dict[str, Any] = {**unit_columns(record), "gold_margin": None, "correct": None, "error": ""}
-        for tag, _ in prompt_forms(cfg.chat):
-            answer = answered(record, got, "the held-out accuracy gap", tag)
+        for tag, chat in prompt_forms(cfg.chat):
+            answer = answered(record, got, "the held-out accuracy gap", tag, chat)
             if answer.get("error"):
                 return {**row, "error": answer["error"]}
             margin = gold_margin(answer["perplexities"], answer["gold"])
