@@ -31,7 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
-
 def _stop_serve_router_before_ray_shutdown() -> None:
     """Every ``ray.shutdown()`` of this test process first stops Serve's driver-side router loop
     (``contamray.serve.router_loop``). A module that reached a deployment through a handle leaves that loop
@@ -55,6 +54,7 @@ def _stop_serve_router_before_ray_shutdown() -> None:
 
     guarded.stops_serve_router = True  # type: ignore[attr-defined]
     ray.shutdown = guarded
+
 
 # Modules that take minutes on 2 cores (the slowest of `pytest --durations`: real fine-tunes, engines scoring
 # thousands of texts, runs on 3-node clusters), in this order, ahead of the rest. README's command runs

@@ -49,6 +49,7 @@ from ray.serve.schema import ApplicationStatus
 from contamray.engines.checkpoint_files import CheckpointError
 from contamray.engines.wire import Request
 from contamray.pipeline.plan import ModelPlan
+from contamray.serve.router_loop import forget_shared_clients
 
 log = logging.getLogger("contamray")
 
@@ -253,18 +254,13 @@ class Hosts:
         started another one, as a test suite does): its applications are gone, and Serve's process-wide
         cache of controller long-poll clients (keyed by the controller's actor handle, whose id a new
         cluster can repeat) would route this session's requests to the old controller's replica table,
-        where they wait forever. The cache is cleared (a private Ray API; skipped if it moved)."""
+        where they wait forever. The cache is cleared (``router_loop.forget_shared_clients``)."""
         session = _session()
         if session == self.session:
             return
         if self.session:
             self.apps.clear()
-            try:
-                from ray.serve._private.router import SharedRouterLongPollClient
-
-                SharedRouterLongPollClient.get_or_create.cache_clear()
-            except (ImportError, AttributeError):  # pragma: no cover - a Ray without that cache
-                log.debug("no Serve long-poll client cache to clear")
+            forget_shared_clients()
         self.session = session
 
     def _start(

@@ -38,14 +38,14 @@ def stop_driver_router(timeout_s: float = 5.0) -> bool:
     try:
         from ray.serve._private.long_poll import LongPollClient
 
-        cls, shared = router.SingletonThreadRouter, router.SharedRouterLongPollClient
+        cls = router.SingletonThreadRouter
         with cls._asyncio_loop_creation_lock:
             loop, monitor = cls._asyncio_loop, cls._event_loop_monitor
             cls._asyncio_loop, cls._event_loop_monitor = None, None
-        shared.get_or_create.cache_clear()  # its clients are bound to the loop stopped below
     except AttributeError as err:  # pragma: no cover - a Ray whose router moved
         log.debug("Serve's router loop not found (%s); nothing stopped", err)
         return False
+    forget_shared_clients()  # they are bound to the loop stopped below
     if loop is None or loop.is_closed():
         return False
     for obj in gc.get_objects():  # every client polling on this loop: no further poll is sent
@@ -69,6 +69,20 @@ def stop_driver_router(timeout_s: float = 5.0) -> bool:
         log.warning("Serve's router loop did not stop within %.0f s; left running", timeout_s)
         return False
     return True
+
+
+def forget_shared_clients() -> None:
+    """Clear Serve's process-wide cache of controller long-poll clients (keyed by the controller's actor handle,
+    whose id a new cluster can repeat: a cached client would route a new session's requests by the old
+    controller's replica table, where they wait forever). Nothing to clear when Serve's router was never
+    imported; skipped if the cache moved."""
+    router = sys.modules.get("ray.serve._private.router")
+    if router is None:
+        return
+    try:
+        router.SharedRouterLongPollClient.get_or_create.cache_clear()
+    except AttributeError:  # pragma: no cover - a Ray without that cache
+        log.debug("no Serve long-poll client cache to clear")
 
 
 def _shutdown_cached_handles() -> None:
