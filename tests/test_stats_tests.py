@@ -247,6 +247,15 @@ def test_shard_permutation_flags_a_preferred_canonical_order():
     assert shard_permutation_test(orderings).p_value == pytest.approx(1 / 11**5)
 
 
+def test_an_infinite_shard_t_ties_only_the_choices_that_reach_it():
+    """Every shard's d equal and positive: the observed t is +inf (sd 0), reached only by the canonical choice in
+    every shard - p is 1 / #choices, never 0 (an inf - inf tie margin once made every comparison false)."""
+    assert shard_permutation_test([[1.0, 0.0]] * 3).p_value == pytest.approx(1 / 8)
+    assert shard_permutation_test([[1.0, 0.0, 0.0]] * 2).p_value == pytest.approx(1 / 9)
+    drawn = shard_permutation_test([[1.0, 0.0, 0.0]] * 2, max_exact=2, draws=999)
+    assert drawn.detail["null"] == "monte carlo" and drawn.p_value >= 1 / 1000
+
+
 def test_the_smallest_mann_whitney_p_the_pooled_values_allow():
     """Without ties 1 / C(n_x + n_y, n_x); with ties the share of assignments reaching the largest U; 1 when every
     value is equal. Checked against enumerating every assignment of the pooled values."""

@@ -134,18 +134,20 @@ def shard_permutation_test(
     # d of every ordering as the canonical: v_k - mean(v without k)
     dvals = [(v - (v.sum() - v) / (v.size - 1)) for v in shards]
     observed = float(_t_rows(np.array([[d[0] for d in dvals]]))[0])
+    # ties count as >= (float round-off of equal sums allowed); an infinite t (every d_i equal) ties only itself
+    threshold = observed - 1e-12 * max(1.0, abs(observed)) if math.isfinite(observed) else observed
     sizes = [d.size for d in dvals]
     total = math.prod(sizes)
     if total <= max_exact:
         grid = np.stack([d.ravel() for d in np.meshgrid(*dvals, indexing="ij")], axis=1)
         stats = _t_rows(grid)
-        p = float(np.count_nonzero(stats >= observed - 1e-12 * max(1.0, abs(observed))) / total)
+        p = float(np.count_nonzero(stats >= threshold) / total)
         how, n_null = "exact", total
     else:
         rng = np.random.default_rng(seed)
         sample = np.stack([d[rng.integers(0, d.size, size=draws)] for d in dvals], axis=1)
         stats = _t_rows(sample)
-        hits = np.count_nonzero(stats >= observed - 1e-12 * max(1.0, abs(observed)))
+        hits = np.count_nonzero(stats >= threshold)
         p = float((1 + hits) / (1 + draws))
         how, n_null = "monte carlo", draws
     d_obs = np.array([d[0] for d in dvals])

@@ -88,7 +88,14 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
   on 20 rows only 5 two-row shards are testable). ``plan_warnings`` says so at plan time when
   ``limit < 2 * num_shards`` (the survey preset needs >= 30 contiguous rows) or ``num_shards <
   min_shards``, and when ``sample`` is not ``first`` (the test needs neighbouring rows), each naming
-  the fix (``run.limit``, ``num_shards``, ``run.sample=first``).
+  the fix (``run.limit``, ``num_shards``, ``run.sample=first``). Inconclusive too when the shards' layout
+  cannot reach alpha: a shard of few units has few orders, so its seeded shuffles draw the canonical order
+  again (2 units: about half of them), and each such repeat - the same text, the same score - ties with the
+  canonical in every choice of the null. The smallest p a layout allows is prod((1 + c_i) / (1 + m_i)) over
+  the shards (c_i repeats among m_i shuffles; ``details.permutation_null``: ``min_p``, ``canonical_repeats``;
+  ``canonical_repeats`` per shard); above alpha not even a model preferring every canonical order could be
+  flagged, so a "clean" would say nothing. Until 2026-11-29 the bound was taken as 1 / prod(1 + m_i) and
+  such layouts answered clean (p 0.10-0.98 on Winogrande's 2-unit shards below may include some).
 
 Calibration (``contamray calibrate --methods sharded_likelihood``, here at 5 permutations per shard;
 base SmolLM2-135M, float32, never fine-tuned, so
@@ -652,6 +659,7 @@ class ShardedLikelihood(Method):
             "d": None,
             "permutation_p": None,
             "n_permutations": 0,
+            "canonical_repeats": None,
             "orderings_logprob": None,
             "n_windows": None,
             "note": "",
@@ -689,6 +697,9 @@ class ShardedLikelihood(Method):
             return [self._row(r, shard, error=error, status="failed", note="; ".join(notes)) for r in shard.records]
         if len(shuffled) < len(totals) - 1:
             notes.append(f"{len(totals) - 1 - len(shuffled)} shuffled order(s) failed and were left out: {errors[0]}")
+        # a shuffle drawn equal to the canonical order (likely in a shard of few units: 2 units have 2 orders) scores
+        # alike, so it ties with the canonical in every permutation choice: it bounds the p-value the shard allows
+        repeats = sum(1 for j in range(1, len(totals)) if totals[j] is not None and shard.orders[j] == shard.orders[0])
         values = {
             "canonical_logprob": canonical,
             "shuffled_mean": float(np.mean(shuffled)),
@@ -696,6 +707,7 @@ class ShardedLikelihood(Method):
             "d": canonical - float(np.mean(shuffled)),
             "permutation_p": permutation_p_value(canonical, shuffled),
             "n_permutations": len(shuffled),
+            "canonical_repeats": repeats,
             "orderings_logprob": json.dumps([canonical, *shuffled]),
             "n_windows": n_windows,
         }
@@ -745,6 +757,7 @@ class ShardedLikelihood(Method):
                 "d": float(r["d"]),
                 "permutation_p": float(r["permutation_p"]),
                 "n_permutations": int(r["n_permutations"]),
+                "canonical_repeats": int(finite(r.get("canonical_repeats")) or 0),
             }
             for k, r in sorted(shards.items())
         ]
@@ -797,15 +810,26 @@ class ShardedLikelihood(Method):
             details["t_sd"] = student.detail["sd"]
             details["t_test_p"] = student.p_value  # Student's t p-value, the paper's (evidence beside the decision)
             if test == "permutation":
-                details["permutation_null"] = {k: res.detail[k] for k in ("null", "n_null", "min_p")}
+                details["permutation_null"] = {
+                    **{k: res.detail[k] for k in ("null", "n_null")},
+                    "min_p": max(res.detail["min_p"], _tied_min_p(per_shard)),
+                    "canonical_repeats": sum(s["canonical_repeats"] for s in per_shard),
+                }
         problems = _power_problems(len(ds), len(skipped), cfg) + _null_problems(structure, cfg, details)
         if not ds and failed and len(failed) == len(rows):  # nothing was scored: say why first
             problems.insert(0, every_row_failed(len(rows), str(failed[0].get("error"))))
-        reach = details.get("permutation_null", {}).get("min_p")
+        null = details.get("permutation_null", {})
+        reach = null.get("min_p")
         if not problems and reach is not None and reach > cfg.alpha:
+            repeats = null.get("canonical_repeats", 0)
+            sizes = [s["units"] or s["size"] for s in per_shard]
+            why = (f" ({repeats} shuffle(s) drew the canonical order again and tie with it: shards of "
+                   f"{min(sizes)}-{max(sizes)} units have few orders)") if repeats else ""  # fmt: skip
             problems.append(
                 f"the smallest p-value {len(ds)} shards of {cfg.permutations_per_shard} shuffles can give is "
-                f"{reach:.3g} > alpha={cfg.alpha} - raise permutations_per_shard or num_shards"
+                f"{reach:.3g} > alpha={cfg.alpha}{why} - "
+                + ("score more contiguous rows so that each shard holds more units, or lower num_shards"
+                   if repeats else "raise permutations_per_shard or num_shards")
             )
         if problems:
             details["inconclusive_reasons"] = problems
@@ -879,6 +903,13 @@ def _combine(forms: list[Serialisation], verdicts: list[Verdict], cfg: Config) -
     # the deciding test's failed rows: a serialisation that could not decide (e.g. no raw rows) does not count
     return Verdict(statistic=best.statistic, p_value=p_value, contaminated=contaminated, details=details,
                    n_failed=best.n_failed, **common)  # fmt: skip
+
+
+def _tied_min_p(per_shard: list[dict[str, Any]]) -> float:
+    """The smallest exact permutation p the shards' layouts allow: a shard whose ``c`` shuffles repeat its
+    canonical order (the same text, the same score) has ``1 + c`` of its ``1 + m`` orderings tied with the
+    canonical in every choice of the null, so p >= prod((1 + c_i) / (1 + m_i))."""
+    return math.prod((1 + s["canonical_repeats"]) / (1 + s["n_permutations"]) for s in per_shard)
 
 
 def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
