@@ -169,6 +169,23 @@ def test_min_k_plus_plus_needs_vocabulary_statistics():
     assert "vocabulary statistics" in method.score([rec(0, "Some text here.")], out, config)[0]["error"]
 
 
+def test_non_finite_log_probabilities_fail_the_row_and_are_counted_not_dropped():
+    """An engine answer holding NaN or inf (a broken forward pass) makes the row an error row - counted among the
+    failed rows the verdict checks - instead of a NaN score the held-out test would silently leave out."""
+    method = get_method("min_k_plus_plus")
+    config = method.make_config({"fields": ["input"]})
+    bad = {"r0|text@target": Output(key="r0|text@target", token_logprobs=[-1.0, float("nan")], token_mean=[-2.0, -2.0],
+                                    token_std=[1.0, 1.0], num_tokens=2)}  # fmt: skip
+    row = method.score([rec(0, "Some text here.")], bad, config)[0]
+    assert row["score"] is None and "non-finite" in row["error"] and "dtype" in row["error"]
+    inf_std = {"r0|text@target": Output(key="r0|text@target", token_logprobs=[-1.0, -2.0], token_mean=[-2.0, -2.0],
+                                        token_std=[1.0, float("inf")], num_tokens=2)}  # fmt: skip
+    assert "non-finite" in method.score([rec(0, "Some text here.")], inf_std, config)[0]["error"]
+    plain = get_method("perplexity")  # vocabulary statistics not asked for: not read, not checked
+    ok = plain.score([rec(0, "Some text here.")], inf_std, plain.make_config({"fields": ["input"]}))[0]
+    assert not ok["error"] and math.isfinite(ok["score"])
+
+
 # ----------------------------------------------------------------------------- reduce
 
 OWN = "bench/default/test"

@@ -14,6 +14,7 @@ subtract it - one more pass, an estimate of where tokens fall, and up to twice t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +78,15 @@ def read_scored(outputs: Mapping[str, Output], key: str, vocab_stats: bool = Fal
         raise RuntimeError(
             f"request {key!r} has no vocabulary statistics (token_mean/token_std); Min-K%++ needs an engine that "
             "returns them (backend hf)"
+        )
+    stats = (out.token_logprobs, out.token_mean, out.token_std) if vocab_stats else (out.token_logprobs,)
+    broken = sum(1 for values in stats for v in values if not math.isfinite(v))
+    if broken:
+        raise RuntimeError(
+            f"request {key!r}: the engine returned {broken} non-finite value(s) (NaN or inf) among its {n} tokens' "
+            "log-probabilities" + (" and vocabulary statistics" if vocab_stats else "") + " - a failed forward pass "
+            "(e.g. float16 overflow); a score computed from them would mean nothing: score in float32 or bfloat16 "
+            "(models.<name>.dtype)"
         )
     return Scored(
         list(out.token_logprobs),
