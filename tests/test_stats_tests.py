@@ -256,6 +256,31 @@ def test_an_infinite_shard_t_ties_only_the_choices_that_reach_it():
     assert drawn.detail["null"] == "monte carlo" and drawn.p_value >= 1 / 1000
 
 
+def test_mann_whitney_with_ties_by_permutation_holds_alpha_on_coarse_scores():
+    """0/1 scores, 10 against 60 rows, a 5 % hit rate, neither side seen: the permutation p (``ties:
+    permutation``) flags at most alpha; scipy's normal approximation is the default and says so in ``null``; a
+    distinct-valued sample is untouched by ``ties``."""
+    rng = np.random.default_rng(0)
+    flagged = 0
+    for _ in range(150):
+        x, y = (rng.random(10) < 0.05).astype(float), (rng.random(60) < 0.05).astype(float)
+        if (x.sum() + y.sum()) == 0:
+            continue
+        flagged += mann_whitney_greater(x, y, ties="permutation").p_value <= 0.05
+    assert flagged / 150 <= 0.05, flagged
+    assert mann_whitney_greater([1.0, 0.0], [0.0, 0.0]).detail["null"] == "normal approximation (ties)"
+    binary = mann_whitney_greater([1.0, 0.0], [0.0, 0.0], ties="permutation")
+    assert binary.detail["null"] == "exact (two values: hypergeometric)" and binary.p_value == pytest.approx(0.5)
+    levels = mann_whitney_greater([0.5, 1.0, 1.0, 0.5, 0.0], [0.0, 0.0, 0.5, 0.0, 0.0], ties="permutation")
+    assert levels.detail["null"] == "permutation (coarse ties)" and 0 < levels.p_value < 0.2
+    few_ties = mann_whitney_greater([0.1, 0.2, 0.3, 0.4], [0.1, 0.5, 0.6, 0.7], ties="permutation")
+    assert few_ties.detail["null"] == "normal approximation (ties)"  # mostly distinct: the approximation holds
+    distinct = ([0.3, 0.9, 0.5], [0.1, 0.2, 0.4])
+    assert mann_whitney_greater(*distinct, ties="permutation").p_value == mann_whitney_greater(*distinct).p_value
+    with pytest.raises(ValueError, match="ties must be"):
+        mann_whitney_greater([1.0], [0.0], ties="exact")
+
+
 def test_the_smallest_mann_whitney_p_the_pooled_values_allow():
     """Without ties 1 / C(n_x + n_y, n_x); with ties the share of assignments reaching the largest U; 1 when every
     value is equal. Checked against enumerating every assignment of the pooled values."""

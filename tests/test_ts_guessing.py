@@ -190,6 +190,24 @@ def test_reduce_compares_exact_matches_with_the_heldout_partition() -> None:
     assert few.decision == "inconclusive" and ">= 10 a side" in few.reason
 
 
+def test_tied_exact_matches_are_tested_by_their_permutation_distribution_not_the_normal_approximation() -> None:
+    """0/1 scores tie: the held-out test's p is the permutation p given the pooled hits (for 0/1, exactly Fisher's
+    test), not scipy's normal approximation, which undercuts it - 5 of 20 against 1 of 20 read p = 0.042 and
+    "contaminated", where the exact p is 0.091; 1 of 10 against 1 of 100 read 0.023, exact 0.174."""
+    from scipy.stats import fisher_exact
+
+    method = get_method("ts_guessing")
+    cfg = method.make_config({"reference": {"arc": "arc_heldout"}, "units": "rows"})
+    seen, heldout = f"{ARC}:rows0-19", f"{ARC}:rows20-39"
+    for (hits, n), (ref_hits, ref_n) in (((5, 20), (1, 20)), ((1, 10), (1, 100))):
+        v = method.reduce(pd.DataFrame(_rows(hits, n, seen, False) + _rows(ref_hits, ref_n, heldout, True)), cfg)
+        exact = fisher_exact([[hits, n - hits], [ref_hits, ref_n - ref_hits]], alternative="greater")[1]
+        assert v.p_value == pytest.approx(exact), (v.p_value, exact)
+        assert v.decision == "clean", (hits, ref_hits, v.p_value)
+    strong = method.reduce(pd.DataFrame(_rows(8, 20, seen, False) + _rows(1, 20, heldout, True)), cfg)
+    assert strong.decision == "contaminated" and strong.p_value < 0.05
+
+
 def test_applies_and_config_errors_name_the_key() -> None:
     facts = dict(adapter="x", config=None, split=None, limit=20, sample="first")
     qa = BenchmarkFacts(name="gsm8k", task="question_answering", has_choices=False, **facts)
