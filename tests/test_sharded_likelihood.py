@@ -277,6 +277,15 @@ def test_survey_preset_on_twenty_rows_is_inconclusive_not_clean():
     assert decided.decision == "contaminated" and decided.details["n_shards_tested"] == 5
 
 
+def _prefers_canonical_text(records: list[Record], config) -> dict[str, Output]:
+    """Every shard request scored by its text: a shard's canonical text 1 nat likelier than any other order's (a
+    shuffle that repeats the canonical order is the same text and scores alike)."""
+    requests = METHOD.requests(records, config, 0, {})
+    canonical = {r.text for r in requests if r.key.endswith("|canon")}
+    return {r.key: Output(key=r.key, token_logprobs=[-10.0 if r.text in canonical else -11.0], num_tokens=1)
+            for r in requests}  # fmt: skip
+
+
 def test_shuffles_repeating_the_canonical_order_bound_the_p_value_and_an_unreachable_alpha_is_inconclusive():
     """Shards of 2 units have 2 orders, so about half of their seeded shuffles draw the canonical order again: the
     same text, the same score, tied with the canonical in every choice of the null. The smallest p the layout
@@ -287,13 +296,8 @@ def test_shuffles_repeating_the_canonical_order_bound_the_p_value_and_an_unreach
     decisions = []
     for seed in range(8):  # layouts differ by seed: some reach alpha, some cannot
         config = cfg(num_shards=5, permutations_per_shard=5, seed=seed)
-        requests = METHOD.requests(records, config, 0, {})
-        canonical = {r.text for r in requests if r.key.endswith("|canon")}
-        outputs = {  # scored by text: the canonical text of each shard 1 nat likelier than the other order
-            r.key: Output(key=r.key, token_logprobs=[-10.0 if r.text in canonical else -11.0], num_tokens=1)
-            for r in requests
-        }
-        verdict = METHOD.reduce(pd.DataFrame(METHOD.score(records, outputs, config)), config)
+        verdict = METHOD.reduce(pd.DataFrame(METHOD.score(records, _prefers_canonical_text(records, config), config)),
+                                config)  # fmt: skip
         repeats = [s["canonical_repeats"] for s in verdict.details["shards"]]
         bound = math.prod((1 + c) / 6 for c in repeats)
         assert verdict.details["permutation_null"]["min_p"] == pytest.approx(max(bound, 6**-5))
@@ -309,11 +313,7 @@ def test_shuffles_repeating_the_canonical_order_bound_the_p_value_and_an_unreach
     # shards of 4 units (24 orders): repeats are rare and the same preference is found
     wider = cfg(num_shards=5, permutations_per_shard=5)
     rows20 = [rec(i) for i in range(20)]
-    reqs20 = METHOD.requests(rows20, wider, 0, {})
-    canon20 = {r.text for r in reqs20 if r.key.endswith("|canon")}
-    out20 = {r.key: Output(key=r.key, token_logprobs=[-10.0 if r.text in canon20 else -11.0], num_tokens=1)
-             for r in reqs20}  # fmt: skip
-    found = METHOD.reduce(pd.DataFrame(METHOD.score(rows20, out20, wider)), wider)
+    found = METHOD.reduce(pd.DataFrame(METHOD.score(rows20, _prefers_canonical_text(rows20, wider), wider)), wider)
     assert found.decision == "contaminated", found.reason
 
 

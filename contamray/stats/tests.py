@@ -287,19 +287,18 @@ def mann_whitney_greater(
     stats = _scipy_stats()
     pooled = np.concatenate([xs, ys])
     distinct = np.unique(pooled)
-    res = stats.mannwhitneyu(xs, ys, alternative="greater", method="auto")
-    u, p = float(res.statistic), float(res.pvalue)
+    coarse = ties == "permutation" and distinct.size < pooled.size and 2 * distinct.size <= pooled.size
+    method: Any = "auto"
     null = "scipy auto" if distinct.size == pooled.size else "normal approximation (ties)"
-    if ties == "permutation" and distinct.size < pooled.size and 2 * distinct.size <= pooled.size:
-        if distinct.size == 2:  # U is the x side's count of the higher value: hypergeometric given the margins
-            high = distinct[1]
-            p = float(stats.hypergeom.sf(int(np.sum(xs == high)) - 1, pooled.size, int(np.sum(pooled == high)),
-                                         xs.size))  # fmt: skip
-            null = "exact (two values: hypergeometric)"
-        else:
-            method = stats.PermutationMethod(n_resamples=MW_TIE_RESAMPLES, random_state=seed)
-            p = float(stats.mannwhitneyu(xs, ys, alternative="greater", method=method).pvalue)
-            null = "permutation (coarse ties)"
+    if coarse and distinct.size != 2:
+        method = stats.PermutationMethod(n_resamples=MW_TIE_RESAMPLES, random_state=seed)
+        null = "permutation (coarse ties)"
+    res = stats.mannwhitneyu(xs, ys, alternative="greater", method=method)
+    u, p = float(res.statistic), float(res.pvalue)
+    if coarse and distinct.size == 2:  # U is the x side's count of the higher value: hypergeometric given the margins
+        high = distinct[1]
+        p = float(stats.hypergeom.sf(int(np.sum(xs == high)) - 1, pooled.size, int(np.sum(pooled == high)), xs.size))
+        null = "exact (two values: hypergeometric)"
     return TestResult(
         statistic=u,
         p_value=min(1.0, p),
