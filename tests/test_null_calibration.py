@@ -115,7 +115,9 @@ def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices
     of 4 rows (smallest p 6^-5), the same test as the canary's at half its shuffles.
 
     Measured: 3 of 20 flagged (synthetic_facts rows 20-39 p = 0.021 and 180-199 p = 0.036,
-    synthetic_structured rows 180-199 p = 0.021), 1 inconclusive, 16 clean. The same three slices were
+    synthetic_structured rows 180-199 p = 0.021), 1 inconclusive, 16 clean; again (2026-11-29) with a small shard's
+    other orders scored once and distinct shuffles drawn (``sharded_likelihood.unit_orders``): the same three
+    slices (p = 0.021, 0.030, 0.028), the same inconclusive one, 16 clean. The same three slices were
     flagged with Student's t and 10 other shuffles per shard (p = 0.017, 0.017, 0.046): their canonical
     orders happen to be likely ones, a property of the slices, not of the shuffles. The generator draws
     rows independently (``benchmarks/synthetic.py``), so the canonical order of a slice is exchangeable

@@ -115,8 +115,8 @@ def test_long_shards_go_to_the_engine_with_their_window():
     config = cfg(num_shards=2, permutations_per_shard=2, context_len=128, stride=64, fields=["input"])
     reqs = METHOD.requests(records, config, 0, {})
     assert sorted(r.key for r in reqs) == sorted(
-        f"r{first}|shard{i}|{o}" for i, first in ((0, 0), (1, 2)) for o in ("canon", "perm1", "perm2")
-    )  # one request per order, no probes: the engine windows the text over its token ids
+        f"r{first}|shard{i}|{o}" for i, first in ((0, 0), (1, 2)) for o in ("canon", "perm1")
+    )  # one request per order (2 rows: the other order once), no probes: the engine windows the text itself
     assert all((r.context_len, r.stride) == (128, 64) and len(r.text) > 2 * len(long_text) for r in reqs)
     assert METHOD.requests(records, config, 1, {}) == []
 
@@ -278,43 +278,71 @@ def test_survey_preset_on_twenty_rows_is_inconclusive_not_clean():
 
 
 def _prefers_canonical_text(records: list[Record], config) -> dict[str, Output]:
-    """Every shard request scored by its text: a shard's canonical text 1 nat likelier than any other order's (a
-    shuffle that repeats the canonical order is the same text and scores alike)."""
+    """Every shard request scored by its text: a shard's canonical text 1 nat likelier than any other order's."""
     requests = METHOD.requests(records, config, 0, {})
     canonical = {r.text for r in requests if r.key.endswith("|canon")}
     return {r.key: Output(key=r.key, token_logprobs=[-10.0 if r.text in canonical else -11.0], num_tokens=1)
             for r in requests}  # fmt: skip
 
 
-def test_shuffles_repeating_the_canonical_order_bound_the_p_value_and_an_unreachable_alpha_is_inconclusive():
-    """Shards of 2 units have 2 orders, so about half of their seeded shuffles draw the canonical order again: the
-    same text, the same score, tied with the canonical in every choice of the null. The smallest p the layout
-    allows is prod((1 + c_i) / (1 + m_i)) (c_i such repeats of m_i shuffles), not 1 / prod(1 + m_i); a model that
-    prefers the canonical order as much as it can still cannot reach alpha then, and the verdict must say
-    inconclusive (with why and the fix), never clean."""
+def test_small_shards_score_each_other_order_once_and_large_ones_distinct_draws():
+    """A shard's scored orders are the canonical one plus distinct others, never the canonical again: every other
+    order once when there are at most ``permutations_per_shard`` (2 units: 1, 3 units: 5, 4 units: 23), else
+    seeded draws without replacement - so a large shard's first draws are what the seeded generator gives."""
+    import itertools
+
+    import numpy as np
+
+    for n_units, m in [(2, 5), (3, 5), (4, 23), (4, 25), (4, 5), (6, 50)]:
+        orders = sl.unit_orders(n_units, m, np.random.default_rng(0))
+        identity = tuple(range(n_units))
+        assert identity not in orders and len(set(orders)) == len(orders), (n_units, m)
+        assert len(orders) == min(m, math.factorial(n_units) - 1), (n_units, m)
+        if math.factorial(n_units) - 1 <= m:  # the whole group
+            assert set(orders) == set(itertools.permutations(identity)) - {identity}
+    rng = np.random.default_rng(7)
+    draws = [tuple(int(k) for k in rng.permutation(8)) for _ in range(5)]  # 8! orders: no repeat among 5 draws
+    assert sl.unit_orders(8, 5, np.random.default_rng(7)) == draws
+
+
+def test_two_unit_shards_reach_alpha_in_every_layout_and_an_unreachable_one_is_inconclusive():
+    """Shards of 2 units have 2 orders. Drawn with replacement, about half of a shard's shuffles repeat the canonical
+    order - the same text, the same score, tied with it in every choice of the null - and about half of the layouts
+    of 10 such rows in 5 shards x 5 shuffles could not reach 0.05 for a model preferring every canonical order (they
+    were inconclusive, and before that clean). Scoring the one other order once, every layout reaches 1/32 and the
+    preference is found whatever the seed. Four such shards cannot go below 1/16: inconclusive, naming why and the
+    fix. Rows of the older version (repeats recorded in ``canonical_repeats``) keep the tie bound."""
     records = [rec(i) for i in range(10)]
-    decisions = []
-    for seed in range(8):  # layouts differ by seed: some reach alpha, some cannot
+    for seed in range(8):
         config = cfg(num_shards=5, permutations_per_shard=5, seed=seed)
         verdict = METHOD.reduce(pd.DataFrame(METHOD.score(records, _prefers_canonical_text(records, config), config)),
                                 config)  # fmt: skip
-        repeats = [s["canonical_repeats"] for s in verdict.details["shards"]]
-        bound = math.prod((1 + c) / 6 for c in repeats)
-        assert verdict.details["permutation_null"]["min_p"] == pytest.approx(max(bound, 6**-5))
-        assert verdict.details["permutation_null"]["canonical_repeats"] == sum(repeats)
-        assert verdict.p_value == pytest.approx(bound)  # the best the data can do: every tie counted
-        if bound > 0.05:
-            assert verdict.decision == "inconclusive" and not verdict.contaminated, (seed, verdict.reason)
-            assert "drew the canonical order again" in verdict.reason and "more units" in verdict.reason
-        else:
-            assert verdict.decision == "contaminated", (seed, verdict.reason)
-        decisions.append(verdict.decision)
-    assert set(decisions) == {"inconclusive", "contaminated"}, decisions
-    # shards of 4 units (24 orders): repeats are rare and the same preference is found
-    wider = cfg(num_shards=5, permutations_per_shard=5)
+        assert [s["n_permutations"] for s in verdict.details["shards"]] == [1] * 5
+        assert verdict.details["permutation_null"]["canonical_repeats"] == 0
+        assert verdict.details["permutation_null"]["min_p"] == pytest.approx(1 / 32)
+        assert verdict.p_value == pytest.approx(1 / 32) and verdict.decision == "contaminated", (seed, verdict.reason)
+    four = cfg(num_shards=4, permutations_per_shard=5, min_shards=4)
+    rows8 = [rec(i) for i in range(8)]
+    short = METHOD.reduce(pd.DataFrame(METHOD.score(rows8, _prefers_canonical_text(rows8, four), four)), four)
+    assert short.decision == "inconclusive" and not short.contaminated and short.p_value == pytest.approx(1 / 16)
+    assert "0.0625 > alpha=0.05" in short.reason and "only 1 other order(s)" in short.reason
+    assert "more units" in short.reason
+    # an older version's rows: three of each shard's five shuffles repeated the canonical order (tied with it)
+    config = cfg(num_shards=5, permutations_per_shard=5)
+    old = []
+    for row in METHOD.score(records, _prefers_canonical_text(records, config), config):
+        canonical, other = -10.0, -11.0
+        old.append(dict(row, orderings_logprob=json.dumps([canonical] * 4 + [other] * 2), n_permutations=5,
+                        canonical_repeats=3, shuffled_mean=(3 * canonical + 2 * other) / 5,
+                        d=canonical - (3 * canonical + 2 * other) / 5))  # fmt: skip
+    tied = METHOD.reduce(pd.DataFrame(old), config)
+    assert tied.details["permutation_null"]["min_p"] == pytest.approx((4 / 6) ** 5)
+    assert tied.decision == "inconclusive" and "drew the canonical order again" in tied.reason
+    assert tied.p_value == pytest.approx((4 / 6) ** 5)  # the best those orders can do: every tie counted
+    # shards of 4 units (24 orders, 5 distinct draws): the same preference is found
     rows20 = [rec(i) for i in range(20)]
-    found = METHOD.reduce(pd.DataFrame(METHOD.score(rows20, _prefers_canonical_text(rows20, wider), wider)), wider)
-    assert found.decision == "contaminated", found.reason
+    found = METHOD.reduce(pd.DataFrame(METHOD.score(rows20, _prefers_canonical_text(rows20, config), config)), config)
+    assert found.decision == "contaminated" and found.p_value == pytest.approx(6**-5), found.reason
 
 
 def _facts(limit: int | None, sample: str = "first"):
@@ -385,7 +413,8 @@ def test_other_serialisations_are_requested_under_their_label_and_bad_ones_name_
     for r in reqs:
         head = r.key.split("|")[0]
         by_prefix.setdefault(head if ":" in head else "", []).append(r)
-    assert {k: len(v) for k, v in by_prefix.items()} == {"": 20, "text:input+label": 20, "json:input": 20}
+    # 5 shards of 2 rows: the canonical order and the one other order each, per serialisation
+    assert {k: len(v) for k, v in by_prefix.items()} == {"": 10, "text:input+label": 10, "json:input": 10}
     canon = {k: next(r.text for r in v if r.key.endswith("r0|shard0|canon")) for k, v in by_prefix.items()}
     assert canon[""].startswith('{"input": "Question number 0 asks something different.", "label": "answer 0"}\n')
     assert canon["text:input+label"].startswith("Question number 0 asks something different.\nanswer 0\n\n")

@@ -12,7 +12,8 @@ needs no access to the training data:
 2. split them into ``num_shards`` contiguous shards (the first ``n % num_shards`` shards one example
    larger, as the authors' code);
 3. per shard, score the log-likelihood of the canonical concatenation and of
-   ``permutations_per_shard`` random shuffles of it. Shards longer than ``context_len`` tokens are
+   ``permutations_per_shard`` random shuffles of it (distinct and never the canonical order; every other
+   order once when the shard has no more than that, ``unit_orders``). Shards longer than ``context_len`` tokens are
    scored with a sliding window over their token ids that advances by ``stride`` tokens, each window
    scoring only its new tokens (done by the engine: ``likelihood_windows``);
 4. d_i = canonical_i - mean(shuffled_i); the one-sided t statistic of mean(d) > 0 across shards.
@@ -89,12 +90,13 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
   ``limit < 2 * num_shards`` (the survey preset needs >= 30 contiguous rows) or ``num_shards <
   min_shards``, and when ``sample`` is not ``first`` (the test needs neighbouring rows), each naming
   the fix (``run.limit``, ``num_shards``, ``run.sample=first``). Inconclusive too when the shards' layout
-  cannot reach alpha: a shard of few units has few orders, so its seeded shuffles draw the canonical order
-  again (2 units: about half of them), and each such repeat - the same text, the same score - ties with the
-  canonical in every choice of the null. The smallest p a layout allows is prod((1 + c_i) / (1 + m_i)) over
-  the shards (c_i repeats among m_i shuffles; ``details.permutation_null``: ``min_p``, ``canonical_repeats``;
-  ``canonical_repeats`` per shard); above alpha not even a model preferring every canonical order could be
-  flagged, so a "clean" would say nothing. Until 2026-11-29 the bound was taken as 1 / prod(1 + m_i) and
+  cannot reach alpha: the smallest p a layout allows is prod(1 / (1 + m_i)) over the shards (m_i other orders
+  scored; ``details.permutation_null.min_p``), and a shard of k units has only k! - 1 other orders (2 units:
+  1), so four 2-unit shards cannot go below 1/16; above alpha not even a model preferring every canonical
+  order could be flagged, so a "clean" would say nothing. Rows of older versions drew shuffles with
+  replacement, so a small shard's shuffles could repeat the canonical order (2 units: about half of them) -
+  the same text, the same score, tied with the canonical in every choice of the null; for them the bound is
+  prod((1 + c_i) / (1 + m_i)) (c_i repeats, ``canonical_repeats``; always 0 now). Before the tie-aware check
   such layouts answered clean (p 0.10-0.98 on Winogrande's 2-unit shards below may include some).
 
 Calibration (``contamray calibrate --methods sharded_likelihood``, here at 5 permutations per shard;
@@ -158,8 +160,12 @@ Where this implementation departs from the authors' code, and why:
   concatenate the ids, which for Llama tokenizers puts a BOS token before *every* example. Joined
   text is what a model trained on the file saw;
 - shuffles are drawn per shard from a generator seeded by (``seed``, partition, shard), so a shard's
-  permutations do not depend on how many other shards there are; like the authors' code a shuffle
-  may equal the canonical order (small shards);
+  permutations do not depend on how many other shards there are; unlike the authors' code (independent
+  ``np.random.permutation`` draws) they are distinct and never the canonical order, and a shard with at
+  most ``permutations_per_shard`` other orders scores each of them once (``unit_orders``; exact either way).
+  Drawn with replacement, half the shuffles of a 2-unit shard are the canonical text again, tie with it and
+  cannot count as evidence: on Winogrande-like twins in 5 shards x 5 shuffles about half of the layouts
+  could not reach 0.05 at all; with the shard's one other order scored once they all reach 1/32;
 - shards with fewer than 2 units cannot be reordered and are skipped (each row says why); an
   example whose configured fields are all empty is left out of the shards (an error row). LLMSanitize
   serialises examples as hand-built pseudo-JSON without escaping quotes or newlines; here they are
@@ -175,6 +181,7 @@ engine windows the longer ones.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -378,10 +385,30 @@ class Shard:
         return f"{self.base}|canon" if j == 0 else f"{self.base}|perm{j}"
 
 
-
 def _shard_rng(seed: int, partition: str, index: int) -> np.random.Generator:
     digest = hashlib.blake2b(f"{seed}\x1f{partition}\x1f{index}".encode(), digest_size=8).digest()
     return np.random.default_rng(int.from_bytes(digest, "little"))
+
+
+def unit_orders(n_units: int, m: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """The other orders of a shard's ``n_units`` units that are scored beside the canonical one (the identity):
+    every one of them once when there are at most ``m`` (n! - 1 <= m: 2 units have 1, 3 units 5, 4 units 23),
+    else ``m`` distinct ones drawn uniformly without replacement (seeded draws, a repeat or the identity drawn
+    again is drawn anew). Either way the canonical order is, given the set of scored orders, equally likely to
+    be any of them under the null (the full group, or the identity plus a uniform subset of the rest: Hemerik &
+    Goeman 2018, "Exact testing with random permutations", TEST 27), so the permutation p stays exact - and no
+    scored order repeats the canonical one, which would tie with it in every choice and waste the shard's power
+    (about half of the draws do in a 2-unit shard)."""
+    identity = tuple(range(n_units))
+    if n_units <= 12 and math.factorial(n_units) - 1 <= m:
+        return [p for p in itertools.permutations(identity) if p != identity]
+    seen, out = {identity}, []
+    while len(out) < m:
+        p = tuple(int(k) for k in rng.permutation(n_units))
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
 
 
 def _canonical(records: Sequence[Record]) -> list[Record]:
@@ -535,8 +562,8 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
             else:
                 rng = _shard_rng(cfg.seed, partition, i)
                 shard.orders = [list(range(len(shard.records)))] + [
-                    [j for k in rng.permutation(len(shard.units)) for j in shard.units[int(k)]]
-                    for _ in range(cfg.permutations_per_shard)
+                    [j for k in order for j in shard.units[k]]
+                    for order in unit_orders(len(shard.units), cfg.permutations_per_shard, rng)
                 ]
             out.shards.append(shard)
     return out
@@ -821,16 +848,7 @@ class ShardedLikelihood(Method):
         null = details.get("permutation_null", {})
         reach = null.get("min_p")
         if not problems and reach is not None and reach > cfg.alpha:
-            repeats = null.get("canonical_repeats", 0)
-            sizes = [s["units"] or s["size"] for s in per_shard]
-            why = (f" ({repeats} shuffle(s) drew the canonical order again and tie with it: shards of "
-                   f"{min(sizes)}-{max(sizes)} units have few orders)") if repeats else ""  # fmt: skip
-            problems.append(
-                f"the smallest p-value {len(ds)} shards of {cfg.permutations_per_shard} shuffles can give is "
-                f"{reach:.3g} > alpha={cfg.alpha}{why} - "
-                + ("score more contiguous rows so that each shard holds more units, or lower num_shards"
-                   if repeats else "raise permutations_per_shard or num_shards")
-            )
+            problems.append(_unreachable(per_shard, reach, null.get("canonical_repeats", 0), cfg))
         if problems:
             details["inconclusive_reasons"] = problems
         details["summary"] = _summary(variant, structure, problems)
@@ -910,6 +928,25 @@ def _tied_min_p(per_shard: list[dict[str, Any]]) -> float:
     canonical order (the same text, the same score) has ``1 + c`` of its ``1 + m`` orderings tied with the
     canonical in every choice of the null, so p >= prod((1 + c_i) / (1 + m_i))."""
     return math.prod((1 + s["canonical_repeats"]) / (1 + s["n_permutations"]) for s in per_shard)
+
+
+def _unreachable(per_shard: list[dict[str, Any]], reach: float, repeats: int, cfg: Config) -> str:
+    """Why no ordering preference could reach alpha with these shards, and what to change."""
+    sizes = [s["units"] or s["size"] for s in per_shard]
+    few = [s for s in per_shard if s["units"] and math.factorial(min(s["units"], 13)) - 1 < cfg.permutations_per_shard]
+    if repeats:  # rows of an older version, which drew shuffles with replacement
+        why = (f" ({repeats} shuffle(s) drew the canonical order again and tie with it: shards of "
+               f"{min(sizes)}-{max(sizes)} units have few orders)")  # fmt: skip
+    elif few:
+        small = min(s["units"] for s in few)
+        why = (f" ({len(few)} shard(s) of as few as {small} units have only {math.factorial(small) - 1} other "
+               f"order(s), each scored once)")  # fmt: skip
+    else:
+        why = ""
+    fix = ("score more contiguous rows so that each shard holds more units, or lower num_shards" if repeats or few
+           else "raise permutations_per_shard or num_shards")  # fmt: skip
+    return (f"the smallest p-value {len(per_shard)} shards of these orders can give is {reach:.3g} > "
+            f"alpha={cfg.alpha}{why} - {fix}")  # fmt: skip
 
 
 def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
