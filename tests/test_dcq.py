@@ -76,6 +76,8 @@ def test_quizzes_hide_the_original_in_the_given_position_only() -> None:
     assert "the test split of the ARC-Challenge dataset" in prompt and "EXACT WORDING" in prompt
     assert options_of(prompt) == ["p1", "p2", "orig", "p4"]
     assert "E)\nNone of the provided options." in prompt and prompt.endswith("ANSWER:")
+    bare = quiz_prompt(quiz_options(perturbed, "orig", "C"), "ARC-Challenge", None)  # name_split: false
+    assert "an instance from the ARC-Challenge dataset." in bare and "split" not in bare.split("---")[0]
     assert dataset_and_split(f"{ARC}:rows0-39") == ("ARC-Challenge", "test")  # a slice's suffix is no split
     assert dataset_and_split("gsm8k/main/test", {"gsm8k": "GSM-8K"}) == ("GSM-8K", "test")
 
@@ -279,14 +281,22 @@ def test_config_catalog_cli_and_plan(capsys) -> None:
     _methods()
     block = capsys.readouterr().out.split("\ndcq [closed]", 1)[1].split("\n")[:4]
     assert "Golchin & Surdeanu" in block[0] and "positions='all'" in block[1] and "2311.06233" in block[2]
-    heldout = "+benchmarks.arc_heldout={adapter:arc_challenge,split:validation,limit:20}"
-    plan = plan_of("method=[dcq]", "benchmark=[arc_challenge,gsm8k]", heldout,
-                   "++methods.dcq.reference={arc_challenge:arc_heldout}")  # fmt: skip
+    from contamray.pipeline.plan import ConfigError
+
+    # the quiz names the split: a held-out of another split would be asked another question (not exchangeable)
+    other_split = "+benchmarks.arc_heldout={adapter:arc_challenge,split:validation,limit:20}"
+    refer = "++methods.dcq.reference={arc_challenge:arc_heldout}"
+    with pytest.raises(ConfigError, match="the test split of ARC-Challenge.*the validation split of ARC-Challenge"
+                                          ".*offset.*name_split: false"):  # fmt: skip
+        plan_of("method=[dcq]", "benchmark=[arc_challenge,gsm8k]", other_split, refer)
+    assert plan_of("method=[dcq]", "benchmark=[arc_challenge]", other_split, refer, "++methods.dcq.name_split=false")
+    same_split = "+benchmarks.arc_heldout={adapter:arc_challenge,split:test,offset:20,limit:20,sample:first}"
+    plan = plan_of("method=[dcq]", "benchmark=[arc_challenge,gsm8k]", same_split, refer, "run.sample=first",
+                   "run.limit=20")  # fmt: skip
     cells = {(c.method, c.benchmark) for c in plan.cells}
     assert {("dcq", "arc_challenge"), ("dcq", "gsm8k"), ("dcq", "arc_heldout")} <= cells
     cell = next(c for c in plan.cells if c.benchmark == "arc_challenge")
     assert [d.benchmark for d in plan.dependencies(cell)] == ["arc_heldout"]
-    from contamray.pipeline.plan import ConfigError
 
     with pytest.raises(ConfigError, match="needs a judge other than the target"):
         plan_of("method=[dcq]", "benchmark=[arc_challenge]", "methods.dcq.judge=true")

@@ -306,6 +306,8 @@ def test_check_scores_equal_the_batch_pipeline(server, batch) -> None:
     result = r.json()
     assert time.perf_counter() - started < 600
     assert result["reference"]["rows"] == ROWS and result["reference"]["adapter"] == "synthetic_structured"
+    # the items are named for the reference's split (a prompt naming the split asks both sides alike)
+    assert result["partition"] == "synthetic_facts/api/" + result["reference"]["partition"].rsplit("/", 1)[1]
     examples = batch["examples"]
     partitions = batch["partitions"]
     for entry in result["methods"]:

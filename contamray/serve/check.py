@@ -6,7 +6,8 @@ The numbers are the batch pipeline's, computed by its own code:
 - the plan (model, methods and their parameters, the reference benchmark) is composed from the same
   config tree with the same overrides as a run (``+exp=base model=[m] method=[...] benchmark=[ref]``)
   and validated by ``pipeline.plan.build_plan``;
-- the items become ``Record``s of one partition; each method's engine stages run by the runner's own
+- the items become ``Record``s of one partition (``<adapter>/api/<split>``, named for the reference's split
+  so that a prompt naming the split - DCQ's quiz - asks both sides the same question); each method's engine stages run by the runner's own
   ``pipeline.cells.run_stages`` on the hosted models (``contamray.serve.hosting``: the same Serve
   deployments batch runs use, loaded once and held for the replica's life);
 - the outputs are scored by the runner's ``ScoreWorker`` on the runner's chunks
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contamray.records import Record
+from contamray.records import Record, partition_parts
 from contamray.serve.config import ServerSettings
 from contamray.serve.security import ApiError
 
@@ -81,9 +82,12 @@ class CheckResult:
         return jsonable(dataclasses.asdict(self))
 
 
-def items_to_records(items: Sequence[Item], adapter: str | None = None, task: str | None = None) -> list[Record]:
-    """The items as Records of one partition (``<adapter>/api/items``, or ``api/items`` without one)."""
-    partition = f"{adapter}/api/items" if adapter else "api/items"
+def items_to_records(items: Sequence[Item], adapter: str | None = None, task: str | None = None,
+                     split: str = "items") -> list[Record]:
+    """The items as Records of one partition (``<adapter>/api/<split>``, or ``api/<split>`` without an adapter).
+    ``split`` is the split a prompt that names one (DCQ's quiz, guided prompting) names: the reference's when the
+    items are tested against one, so that both sides of the held-out test are asked the same question."""
+    partition = f"{adapter}/api/{split}" if adapter else f"api/{split}"
     ids = [item.id or f"item{i}" for i, item in enumerate(items)]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -186,14 +190,15 @@ class Checker:
         adapter = plan.benchmarks[benchmark].adapter if benchmark and benchmark in plan.benchmarks else None
         if benchmark and adapter is None:
             adapter = _conf_adapter(benchmark)
-        records = items_to_records(items, adapter, get_adapter(adapter).task if adapter else None)
+        ref_rows, ref_failures = self._reference_rows(plan, reference) if reference else ([], [])
+        split = partition_parts(ref_rows[0].partition)[2] if ref_rows else "items"
+        records = items_to_records(items, adapter, get_adapter(adapter).task if adapter else None, split)
         ref_plan = plan.benchmarks[reference.benchmark] if reference else None
         comparison = None
         if ref_plan is not None:
             comparison = "heldout" if adapter and adapter == ref_plan.adapter else "distribution"
         labels = list(methods)
         method_plans = {label: _with_reference(plan.methods[label], ref_plan, comparison) for label in labels}
-        ref_rows, ref_failures = self._reference_rows(plan, reference) if reference else ([], [])
         work: dict[str, tuple[Any, list[Record]]] = {}
         cached: dict[str, Any] = {}
         for label, mp in method_plans.items():

@@ -18,7 +18,8 @@ The protocol, as in the authors' code (``src/core``, ``src/helpers/option_counte
    ``synonym_perturbations`` (below).
 2. **Bias Detector Quiz (BDQ).** The four perturbations alone in A-D, E) "None of the provided options"
    (``QUIZ_PROMPT``: our wording of the paper's quiz prompt - select the option that *exactly* corresponds to an
-   instance from the {split} split of the {dataset} dataset, one letter, E when unknown; hint: only one option
+   instance from the {split} split of the {dataset} dataset - with ``name_split: false`` "an instance from the
+   {dataset} dataset" -, one letter, E when unknown; hint: only one option
    has the exact wording). Greedy; the paper allows 1 token, here ``max_tokens`` = 5 and the first option
    letter A-E of the reply is the answer (``parse_answer``). The letters chosen are the model's positional
    bias; "non-preferred" positions are the letters A-D chosen fewer than ``ceil(n / 5)`` times (``n`` the
@@ -39,7 +40,11 @@ Where this departs from the authors' code, and why:
   was chosen (higher = member), compared with the same score on a *held-out partition of the same benchmark*
   known unseen (``reference``, ``mode: heldout``) by a one-sided Mann-Whitney U test over sampling units
   (null: the two partitions are exchangeable and neither was seen, so the fluency preference is the same on
-  both). No reference: ``inconclusive`` (the range alone is reported). ``rate`` is the paper's *upper*
+  both). The two sides must be asked the same question: the quiz names the dataset and split (``name_split``,
+  the paper's prompt), so the plan refuses a reference from another split ("an instance from the validation
+  split" is not the question "... the test split" asks) and names the fix - a held-out of the same split, or
+  ``name_split: false`` (the dataset only, in both). No reference: ``inconclusive`` (the range alone is
+  reported). ``rate`` is the paper's *upper*
   estimate of the partition (its "contamination level"); the range, BDQ counts, non-preferred positions and
   BCQ counts of the partition and of its reference are in ``details["dcq"]`` / ``details["reference_dcq"]``;
 - ``positions: all`` (default) asks the BCQ in all four positions for every example (each option in each
@@ -97,12 +102,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, Verdict, register
+from contamray.methods.base import Applies, BenchmarkFacts, Output, Outputs, Request, Sampling, Verdict, register
 from contamray.methods.closed import cell_rows
 from contamray.methods.closed.cell_rows import built, finite, missing, output_map, row_failed, rows_of, truthy
 from contamray.methods.closed.dcq_synonyms import SYNONYMS
 from contamray.methods.closed.guided_prompting import dataset_and_split
-from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
+from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, partition_of, unit_columns
 from contamray.records import Record
 
 NAME = "dcq"
@@ -132,8 +137,7 @@ OPTIONS_PROMPT = (
     "---\n"
 )
 QUIZ_PROMPT = (
-    "Here is a quiz with five options. Choose the option that is, word for word, an instance from the {split} "
-    "split of the {dataset} dataset.\n\n"
+    "Here is a quiz with five options. Choose the option that is, word for word, an instance from {source}.\n\n"
     "Rules:\n"
     "(1) Answer with the letter of one option only.\n"
     '(2) If you do not know the dataset or which option is the instance, answer "E) None of the provided '
@@ -177,6 +181,7 @@ class DCQConfig(HeldoutConfig):
     judge_temperature: float = 0.0  # the authors sampled GPT-4 at 1.0; greedy here, for reproducible options
     swap_share: float = 0.5  # synonym substitution: each swappable word is swapped with this probability
     dataset_names: dict[str, str] = field(default_factory=dict)  # display names by benchmark (guided prompting's)
+    name_split: bool = True  # the quiz names the split (the paper); false: the dataset only
     method_name: ClassVar[str] = NAME
 
     def __post_init__(self) -> None:
@@ -326,9 +331,11 @@ def quiz_options(perturbations: Sequence[str], original: str, position: str | No
     return options
 
 
-def quiz_prompt(options: Sequence[str], dataset: str, split: str) -> str:
+def quiz_prompt(options: Sequence[str], dataset: str, split: str | None) -> str:
+    """The quiz naming the dataset, and its split unless ``split`` is None (``name_split: false``)."""
     body = "\n\n".join(f"{p})\n{o}" for p, o in zip(POSITIONS, options))
-    return QUIZ_PROMPT.format(split=split, dataset=dataset, options=body)
+    source = f"the {split} split of the {dataset} dataset" if split is not None else f"the {dataset} dataset"
+    return QUIZ_PROMPT.format(source=source, options=body)
 
 
 def parse_answer(reply: str) -> str:
@@ -410,6 +417,26 @@ class DCQ(HeldoutTest):
     applies: ClassVar[Applies] = Applies(min_rows=MIN_ROWS)
     tie_hint = "the original never chosen"
 
+    def check_reference(self, cfg: DCQConfig, bench: BenchmarkFacts, reference: BenchmarkFacts) -> str | None:
+        """The held-out test's checks, and in ``heldout`` mode the quiz's wording: it names the dataset and split
+        (``name_split``, the paper), so a held-out from another split would be asked "an instance from the
+        validation split" where the partition is asked "the test split" - the two sides answer different
+        questions and are not exchangeable under the null."""
+        problem = super().check_reference(cfg, bench, reference)
+        if problem or cfg.mode != "heldout" or not cfg.name_split:
+            return problem
+        mine, theirs = (dataset_and_split(partition_of(b), cfg.dataset_names, NAME) for b in (bench, reference))
+        if mine == theirs:
+            return None
+        return (
+            f"{NAME} names the dataset and split in every quiz: {bench.name} is asked for an instance from the "
+            f"{mine[1]} split of {mine[0]}, its reference {reference.name} for one from the {theirs[1]} split of "
+            f"{theirs[0]}, so the two sides answer different questions and the held-out test's null (the two "
+            f"exchangeable) fails. Use a held-out of the same split (rows after the tested ones: "
+            f"benchmarks.{reference.name}.offset with sample: first on both), or set methods.{NAME}.name_split: false "
+            "to name only the dataset in both"
+        )
+
     def engine_roles_for(self, cfg: DCQConfig) -> tuple[str, ...]:
         return ("target", "judge") if cfg.judge else ("target",)
 
@@ -482,7 +509,7 @@ class DCQ(HeldoutTest):
             asks = ([("bdq", None)] if bdq else []) + [(_bcq(p), p) for p in positions]
             for kind, position in asks:
                 options = quiz_options(quiz.perturbations, quiz.instance.original, position)
-                text = quiz_prompt(options, quiz.instance.dataset, quiz.instance.split)
+                text = quiz_prompt(options, quiz.instance.dataset, quiz.instance.split if cfg.name_split else None)
                 out.append(Request(_key(record.id, kind), (record.id,), "generate", text, sampling, engine="target",
                                    stage=stage, chat=cfg.chat))  # fmt: skip
         return out

@@ -454,6 +454,11 @@ def _resolved(bench: BenchmarkFacts) -> tuple[str, str, str]:
         return (bench.adapter, str(bench.config or ""), str(bench.split or ""))
 
 
+def partition_of(bench: BenchmarkFacts) -> str:
+    """The partition id ``<adapter>/<config>/<split>`` a benchmark reads, the adapter's defaults filled in."""
+    return "/".join(_resolved(bench))
+
+
 def split_sides(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the partition's rows, the reference's rows)."""
     return [r for r in rows if not truthy(r.get("is_reference"))], [r for r in rows if truthy(r.get("is_reference"))]
