@@ -7,9 +7,10 @@ The numbers are the batch pipeline's, computed by its own code:
   config tree with the same overrides as a run (``+exp=base model=[m] method=[...] benchmark=[ref]``)
   and validated by ``pipeline.plan.build_plan``;
 - the items become ``Record``s of one partition (``<adapter>/api/<split>``, named for the reference's split
-  so that a prompt naming the split - DCQ's quiz - asks both sides the same question); each method's engine stages run by the runner's own
-  ``pipeline.cells.run_stages`` on the hosted models (``contamray.serve.hosting``: the same Serve
-  deployments batch runs use, loaded once and held for the replica's life);
+  so that a prompt naming the split - DCQ's quiz - asks both sides the same question); each method's engine
+  stages run by the runner's own ``pipeline.cells.run_stages`` on the hosted models
+  (``contamray.serve.hosting``: the same Serve deployments batch runs use, loaded once and held for the
+  replica's life);
 - the outputs are scored by the runner's ``ScoreWorker`` on the runner's chunks
   (``cells.chunk_payloads``, ``cells.example_table``), and the partition is reduced by the runner's
   ``cells.reduce_verdict`` (``method.reduce`` then ``method.settle``), in process, with the reference

@@ -99,27 +99,26 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
   prod((1 + c_i) / (1 + m_i)) (c_i repeats, ``canonical_repeats``; always 0 now). Before the tie-aware check
   such layouts answered clean (p 0.10-0.98 on Winogrande's 2-unit shards below may include some).
 
-Calibration (``contamray calibrate --methods sharded_likelihood``, here at 5 permutations per shard;
-base SmolLM2-135M, float32, never fine-tuned, so
-every slice is clean with respect to order; contiguous slices, 5 shards x 5 permutations):
-4 slices of 20 contiguous rows per benchmark, spread evenly over the split, ``permute: groups``,
-alpha 0.05, measured 2026-11-23 on a loaded 2-core machine (2-20 min per benchmark):
+Calibration (``contamray calibrate --slices 5``: base SmolLM2-135M, float32, never fine-tuned, so every
+slice is clean with respect to order unless pre-training read the benchmark file; 5 contiguous slices of 20
+rows per benchmark, spread evenly over the split, 5 shards x 10 permutations, ``permute: groups``, alpha
+0.05), measured 2026-11-29 (with ``unit_orders``):
 
-=================  ======  =======  ============  =====  ===========  ===========================
+=================  ======  =======  ============  =====  ===========  ================================
 benchmark          slices  flagged  inconclusive  clean  FPR at 0.05  p-values
-=================  ======  =======  ============  =====  ===========  ===========================
-arc_challenge      4       0        0             4      0.00         0.22 0.72 0.91 0.72
-winogrande         4       0        0             4      0.00         0.10 0.22 0.80 0.98
-hellaswag          4       0        0             4      0.00         0.61 0.54 0.54 0.59
-mmlu (all)         4       1        0             3      0.25         0.26 0.30 0.019 0.49
-gsm8k              4       0        0             4      0.00         0.24 0.75 0.35 0.13
-=================  ======  =======  ============  =====  ===========  ===========================
+=================  ======  =======  ============  =====  ===========  ================================
+arc_challenge      5       0        0             5      0.00         0.13 0.88 0.51 0.62 0.32
+winogrande         5       0        0             5      0.00         0.11 0.84 0.60 0.34 0.43
+hellaswag          5       2        0             3      0.40         0.53 0.61 0.0037 0.048 0.94
+mmlu (all)         5       0        0             5      0.00         0.37 0.14 0.25 0.46 0.81
+=================  ======  =======  ============  =====  ===========  ================================
 
-Pooled: 1 of 20 slices flagged (0.05), none inconclusive - consistent with alpha, but 4 slices per benchmark
-bound a per-benchmark rate only loosely (0/4 has a 95 % upper bound of 0.6); the one MMLU
-slice flagged (rows 3254-3273, machine_learning) may be the base model's own pre-training exposure
-to the MMLU file, which the public-benchmark "clean" cannot exclude (only synthetic benchmarks are
-clean by construction). On the same slices the null check (text only) finds the rows not
+Pooled: 2 of 20 slices flagged (0.10), none inconclusive; 5 slices per benchmark bound a per-benchmark rate
+only loosely (0/5 has a 95 % upper bound of 0.52). The two HellaSwag slices may be the base model's own
+pre-training exposure to the HellaSwag file (the survey finds HellaSwag contaminated in most models), which a
+public benchmark's "clean" cannot exclude - only synthetic benchmarks are clean by construction (below). An
+earlier run (2026-11-23, 4 slices a benchmark, shuffles drawn with replacement) flagged 1 of 20, an MMLU slice.
+On the same kind of slices the null check (text only) finds the rows not
 exchangeable under ``permute: rows`` in 4/4 Winogrande, 2/4 HellaSwag and 1/4 ARC slices (the
 last is RESIDUAL_ALPHA's 5 % base rate on unstructured rows), so Oren et al.'s variant answers
 ``inconclusive`` there instead of risking issue #7's false positives; ``permute: groups`` finds
