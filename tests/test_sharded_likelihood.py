@@ -345,10 +345,10 @@ def test_two_unit_shards_reach_alpha_in_every_layout_and_an_unreachable_one_is_i
     assert found.decision == "contaminated" and found.p_value == pytest.approx(6**-5), found.reason
 
 
-def _facts(limit: int | None, sample: str = "first"):
+def _facts(limit: int | None, sample: str = "first", adapter: str = "arc_challenge"):
     from contamray.methods.base import BenchmarkFacts
 
-    return BenchmarkFacts(name="arc", adapter="arc_challenge", config=None, split="test", task="multiple_choice",
+    return BenchmarkFacts(name="arc", adapter=adapter, config=None, split="test", task="multiple_choice",
                           has_choices=True, limit=limit, sample=sample)  # fmt: skip
 
 
@@ -365,6 +365,12 @@ def test_plan_warns_when_rows_cannot_fill_the_shards_and_names_the_fix():
     (below,) = METHOD.plan_warnings(cfg(num_shards=4), _facts(100))
     assert "num_shards=4 is below min_shards=5" in below
     assert METHOD.plan_warnings(survey, _facts(30)) == [] and METHOD.plan_warnings(survey, _facts(None)) == []
+    assert METHOD.plan_warnings(survey, _facts(30, adapter="unknown")) == []  # no adapter: no groups known
+    # Winogrande's twin pairs are one unit each under permute: groups: 30 rows are 15 units, one per shard
+    (pairs,) = METHOD.plan_warnings(survey, _facts(30, adapter="winogrande"))
+    assert "declares groups of up to 2 rows" in pairs and "needs >= 60" in pairs and "lower num_shards to 7" in pairs
+    assert METHOD.plan_warnings(cfg(num_shards=5), _facts(20, adapter="winogrande")) == []  # 5 shards of 2 pairs
+    assert METHOD.plan_warnings(cfg(permute="rows"), _facts(30, adapter="winogrande")) == []  # rows as units
     assert METHOD.applies.min_rows == 10
 
 

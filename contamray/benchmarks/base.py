@@ -192,6 +192,7 @@ class Adapter:
     unlabeled_splits: tuple[str, ...] = ()
     group_columns: tuple[str, ...] = ()
     groups: GroupHook | None = None
+    group_rows: int = 1  # the most rows one declared group holds (Winogrande's twin pairs: 2), for plan-time checks
     note: str = ""
     generate: GenerateHook | None = None  # set for generated benchmarks (synthetic_facts)
     # rows are independent draws whatever their order (a generator drawing each row alone), so a contiguous

@@ -82,5 +82,6 @@ ADAPTERS = (
         unlabeled_splits=("test",),
         group_columns=("option1", "option2", "answer"),
         groups=twin_groups,
+        group_rows=2,
     ),
 )

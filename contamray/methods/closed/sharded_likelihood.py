@@ -87,7 +87,8 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
   when more than half of the
   ``num_shards`` configured were not tested (a shard needs >= 2 units; with the survey's 15 shards
   on 20 rows only 5 two-row shards are testable). ``plan_warnings`` says so at plan time when
-  ``limit < 2 * num_shards`` (the survey preset needs >= 30 contiguous rows) or ``num_shards <
+  ``limit < 2 * num_shards`` (the survey preset needs >= 30 contiguous rows; under ``permute: groups`` 2 x
+  ``group_rows`` x num_shards on a benchmark declaring groups - Winogrande's twin pairs: 60) or ``num_shards <
   min_shards``, and when ``sample`` is not ``first`` (the test needs neighbouring rows), each naming
   the fix (``run.limit``, ``num_shards``, ``run.sample=first``). Inconclusive too when the shards' layout
   cannot reach alpha: the smallest p a layout allows is prod(1 / (1 + m_i)) over the shards (m_i other orders
@@ -585,9 +586,11 @@ class ShardedLikelihood(Method):
     applies = Applies(min_rows=MIN_SHARD * MIN_SHARDS)
 
     def plan_warnings(self, cfg: Config, bench: BenchmarkFacts) -> list[str]:
-        """Too few rows for ``num_shards`` shards of >= 2 units, or rows that are not a contiguous block."""
+        """Too few rows for ``num_shards`` shards of >= 2 units (under ``permute: groups`` a declared group - a
+        Winogrande twin pair - is one unit), or rows that are not a contiguous block."""
         warnings: list[str] = []
-        need = MIN_SHARD * cfg.num_shards
+        per_unit = _group_rows(bench.adapter) if cfg.permute == "groups" else 1
+        need = MIN_SHARD * cfg.num_shards * per_unit
         if cfg.num_shards < cfg.min_shards:
             warnings.append(
                 f"{self.name} on {bench.name}: num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}, so "
@@ -595,14 +598,17 @@ class ShardedLikelihood(Method):
                 f"{MIN_SHARD * cfg.min_shards}) or lower min_shards"
             )
         elif bench.limit is not None and bench.limit < need:
-            fit = bench.limit // MIN_SHARD
+            fit = bench.limit // (MIN_SHARD * per_unit)
             lower = (
                 f", or lower num_shards to {fit}" if fit >= cfg.min_shards else f" (min_shards={cfg.min_shards} "
-                f"needs >= {MIN_SHARD * cfg.min_shards} rows even with num_shards={cfg.min_shards})"
+                f"needs >= {MIN_SHARD * cfg.min_shards * per_unit} rows even with num_shards={cfg.min_shards})"
             )
+            unit = (f"{MIN_SHARD} rows" if per_unit == 1 else
+                    f"{MIN_SHARD} units - {bench.adapter} declares groups of up to {per_unit} rows, each shuffled as "
+                    "one unit")  # fmt: skip
             warnings.append(
                 f"{self.name} on {bench.name}: limit={bench.limit} rows cannot fill num_shards={cfg.num_shards} shards "
-                f"of >= {MIN_SHARD} rows (needs >= {need} contiguous rows); shards will be skipped and the verdict "
+                f"of >= {unit} (needs >= {need} contiguous rows); shards will be skipped and the verdict "
                 f"inconclusive - raise run.limit (benchmarks.{bench.name}.limit) to >= {need}{lower}"
             )
         if bench.limit is not None and bench.sample != "first":
@@ -927,6 +933,16 @@ def _tied_min_p(per_shard: list[dict[str, Any]]) -> float:
     canonical order (the same text, the same score) has ``1 + c`` of its ``1 + m`` orderings tied with the
     canonical in every choice of the null, so p >= prod((1 + c_i) / (1 + m_i))."""
     return math.prod((1 + s["canonical_repeats"]) / (1 + s["n_permutations"]) for s in per_shard)
+
+
+def _group_rows(adapter: str) -> int:
+    """The most rows one of the adapter's declared groups holds (1: no groups declared, or an unknown adapter)."""
+    from contamray.benchmarks import get_adapter
+
+    try:
+        return max(1, int(get_adapter(adapter).group_rows))
+    except (KeyError, ValueError):
+        return 1
 
 
 def _unreachable(per_shard: list[dict[str, Any]], reach: float, repeats: int, cfg: Config) -> str:
