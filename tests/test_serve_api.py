@@ -348,6 +348,9 @@ def test_black_box_methods_answer_per_item_over_http(server, mirror_dir: Path) -
                 "overrides": list(overrides)}
         r = requests.post(f"{server['url']}/v1/check", json=body, headers=auth(), timeout=900)
         assert r.status_code == 200, r.text
+        # no reference: the items are named for their benchmark's split (what DCQ's and guided prompting's
+        # prompts name), not "items"
+        assert r.json()["partition"] == f"{benchmark}/api/test", r.json()["partition"]
         return r.json()["methods"]
 
     (arc,) = load_records("arc_challenge", n=1, mirror_dir=mirror_dir).records

@@ -87,7 +87,8 @@ def items_to_records(items: Sequence[Item], adapter: str | None = None, task: st
                      split: str = "items") -> list[Record]:
     """The items as Records of one partition (``<adapter>/api/<split>``, or ``api/<split>`` without an adapter).
     ``split`` is the split a prompt that names one (DCQ's quiz, guided prompting) names: the reference's when the
-    items are tested against one, so that both sides of the held-out test are asked the same question."""
+    items are tested against one, so that both sides of the held-out test are asked the same question; else the
+    split of the benchmark the items are said to come from."""
     partition = f"{adapter}/api/{split}" if adapter else f"api/{split}"
     ids = [item.id or f"item{i}" for i, item in enumerate(items)]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -192,7 +193,12 @@ class Checker:
         if benchmark and adapter is None:
             adapter = _conf_adapter(benchmark)
         ref_rows, ref_failures = self._reference_rows(plan, reference) if reference else ([], [])
-        split = partition_parts(ref_rows[0].partition)[2] if ref_rows else "items"
+        split = "items"  # the split a prompt naming one names: the reference's, else the benchmark's
+        if ref_rows:
+            split = partition_parts(ref_rows[0].partition)[2]
+        elif adapter:
+            split = get_adapter(adapter).resolve_split(plan.benchmarks[benchmark].split
+                                                       if benchmark in plan.benchmarks else None)  # fmt: skip
         records = items_to_records(items, adapter, get_adapter(adapter).task if adapter else None, split)
         ref_plan = plan.benchmarks[reference.benchmark] if reference else None
         comparison = None
