@@ -98,7 +98,7 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
   replacement, so a small shard's shuffles could repeat the canonical order (2 units: about half of them) -
   the same text, the same score, tied with the canonical in every choice of the null; for them the bound is
   prod((1 + c_i) / (1 + m_i)) (c_i repeats, ``canonical_repeats``; always 0 now). Before the tie-aware check
-  such layouts answered clean (p 0.10-0.98 on Winogrande's 2-unit shards below may include some).
+  such layouts answered clean.
 
 Calibration (``contamray calibrate --slices 5``: base SmolLM2-135M, float32, never fine-tuned, so every
 slice is clean with respect to order unless pre-training read the benchmark file; 5 contiguous slices of 20
@@ -595,7 +595,7 @@ class ShardedLikelihood(Method):
             warnings.append(
                 f"{self.name} on {bench.name}: num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}, so "
                 f"the verdict will be inconclusive - raise num_shards to >= {cfg.min_shards} (with run.limit >= "
-                f"{MIN_SHARD * cfg.min_shards}) or lower min_shards"
+                f"{MIN_SHARD * cfg.min_shards * per_unit}) or lower min_shards"
             )
         elif bench.limit is not None and bench.limit < need:
             fit = bench.limit // (MIN_SHARD * per_unit)
