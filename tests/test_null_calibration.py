@@ -126,7 +126,8 @@ def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices
     >= 4 of 20 would be evidence against the null at 0.016) is one above the issue's 2 - reported, not
     hidden by choosing other slices. On 50 further clean slices under the base model (``contamray calibrate
     --benchmarks synthetic_facts,synthetic_structured --methods sharded_likelihood --slices 25``, 5 shards x
-    10 shuffles, 2026-11-24) it flagged 2 of 25 and 1 of 25: 3 of 50 = 6 %, binomial 95 % CI 1-17 %."""
+    10 shuffles, 2026-11-24) it flagged 2 of 25 and 1 of 25: 3 of 50 = 6 %, binomial 95 % CI 1-17 %; again
+    2026-11-29 with ``unit_orders``: 1 of 25 (p = 0.003) and 0 of 25, none inconclusive - 1 of 50 = 2 %."""
     method = get_method("sharded_likelihood")
     cfg = method.make_config({"num_shards": 5, "permutations_per_shard": 5})
     verdicts = {

@@ -130,7 +130,10 @@ the latest run of every closed-data test.
 On partitions clean by construction (``tests/test_null_calibration.py``: 20 slices of the generated
 benchmarks on a model fine-tuned on other rows, 5 shards x 5 shuffles, the permutation p) it flagged
 3 of 20 - the same three slices as Student's t with other shuffles, which an exact test does with
-probability 0.075 - and left 1 inconclusive.
+probability 0.075 - and left 1 inconclusive. Under the base model on 50 further clean slices of the same two
+benchmarks (``contamray calibrate --benchmarks synthetic_facts,synthetic_structured --methods sharded_likelihood
+--slices 25``, 5 shards x 10 shuffles, 2026-11-29): 1 of 50 flagged (p = 0.003, a synthetic_facts slice), none
+inconclusive.
 
 A calibrated null from a reference model (the same statistic on a model known not to have seen the
 split) is not implemented: group permutations keep the test exact without a second model, and a
