@@ -103,6 +103,31 @@ def test_subset_accuracies_and_fisher_test():
     assert same.statistic == 0.0 and same.p_value > 0.5 and not same.contaminated
 
 
+def test_rows_the_open_data_scan_failed_on_are_failed_not_clean():
+    """The open-data methods report a row they failed on as not contaminated ("clean"); the runner merges the
+    scan's error (``contamination_error``), and such a row is a failed row here - in neither subset, counted in
+    ``n_failed`` so that ``settle``'s failure share applies - never a clean one. And p = alpha decides, as every
+    test's decision does (``decision_at``)."""
+    method = get_method("clean_dirty_eval")
+    cfg = method.make_config({"contamination_from": "llm_decontaminator"})
+    rows = _table({"clean": (40, 80), "input_and_label": (13, 15)})
+    for r in rows[:30]:
+        r["contamination_error"] = "" if r is not rows[0] else None
+    for i in range(70):  # the judge failed on these: the scan calls them clean
+        rows.append({"record_id": f"judge-{i}", "partition": "p", "error": "", "correct": False,
+                     "contaminated": False, "contamination_type": "clean",
+                     "contamination_error": "judge request failed: HTTP 500"})  # fmt: skip
+    v = method.reduce(rows, cfg)
+    d = v.details
+    assert (d["n_clean"], d["n_dirty"], d["n_scan_failed"]) == (80, 15, 70) and v.n_failed == 70
+    assert any("the open-data scan (llm_decontaminator) failed: judge request failed" in e for e in d["errors"])
+    assert v.p_value == pytest.approx(_fisher_greater(13, 15, 40, 80))  # as without the failed rows
+    assert method.settle(v, cfg).decision == "contaminated"  # 70 of 165 failed: at most half
+    more = rows + [dict(rows[-1], record_id=f"judge-more-{i}") for i in range(30)]
+    settled = method.settle(method.reduce(more, cfg), cfg)
+    assert settled.decision == "inconclusive" and "100 of 195 rows failed" in settled.reason, settled.reason
+
+
 def test_set_apart_types_are_in_neither_subset():
     """template_only and frequent_only examples (ngram_overlap's) are counted apart, not as clean or dirty."""
     method = get_method("clean_dirty_eval")
@@ -127,6 +152,16 @@ def test_missing_split_and_bad_config_are_named(arc):
     outputs = {f"{arc[0].id}|prompt": Output(key=f"{arc[0].id}|prompt", error="CUDA OOM")}
     row = method.score(arc[:1], outputs, cfg)[0]
     assert "prompt score missing or failed (CUDA OOM)" in row["error"]
+    # so do log-probabilities that are no score (an overflow: -inf, NaN, or so low that exp() would overflow)
+    from contamray.methods.closed.clean_dirty_eval import _key, answered
+
+    record = arc[0]
+    for bad in (float("-inf"), float("nan"), -800.0):
+        outputs = {_key(record.id, "prompt"): Output(key="p", token_logprobs=[-1.0, -1.0], num_tokens=2)}
+        for k in range(len(record.choices)):
+            outputs[_key(record.id, str(k))] = Output(key=str(k), token_logprobs=[-1.0, -1.0, bad if k == 0 else -2.0],
+                                                      num_tokens=3)  # fmt: skip
+        assert "option 0's mean token log-probability" in answered(record, outputs, "clean_dirty_eval")["error"]
 
 
 def test_no_dirty_subset_or_too_few_rows_is_inconclusive_not_clean():

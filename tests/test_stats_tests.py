@@ -273,8 +273,14 @@ def test_mann_whitney_with_ties_by_permutation_holds_alpha_on_coarse_scores():
     assert binary.detail["null"] == "exact (two values: hypergeometric)" and binary.p_value == pytest.approx(0.5)
     levels = mann_whitney_greater([0.5, 1.0, 1.0, 0.5, 0.0], [0.0, 0.0, 0.5, 0.0, 0.0], ties="permutation")
     assert levels.detail["null"] == "permutation (coarse ties)" and 0 < levels.p_value < 0.2
-    few_ties = mann_whitney_greater([0.1, 0.2, 0.3, 0.4], [0.1, 0.5, 0.6, 0.7], ties="permutation")
+    few_ties = mann_whitney_greater(np.linspace(0, 1, 10), [0.0, *np.linspace(1.1, 2, 9)], ties="permutation")
     assert few_ties.detail["null"] == "normal approximation (ties)"  # mostly distinct: the approximation holds
+    # ... but not on sides so small that every arrangement can be counted: 4 v 4 block means of 0/1 hits with two
+    # tied pairs, the partition's all above - the approximation gave 0.0137, below the 1/70 any ranking allows
+    small = mann_whitney_greater([0.8, 0.6, 0.4, 0.4], [0.2, 0.0, 0.0, 0.2], ties="permutation")
+    assert small.detail["null"] == "exact permutation (ties, every arrangement)"
+    assert small.p_value == pytest.approx(1 / 70)
+    assert mann_whitney_greater([0.8, 0.6, 0.4, 0.4], [0.2, 0.0, 0.0, 0.2]).p_value < 1 / 70  # the default's
     distinct = ([0.3, 0.9, 0.5], [0.1, 0.2, 0.4])
     assert mann_whitney_greater(*distinct, ties="permutation").p_value == mann_whitney_greater(*distinct).p_value
     with pytest.raises(ValueError, match="ties must be"):

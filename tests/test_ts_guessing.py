@@ -208,6 +208,47 @@ def test_tied_exact_matches_are_tested_by_their_permutation_distribution_not_the
     assert strong.decision == "contaminated" and strong.p_value < 0.05
 
 
+def test_a_reference_whose_rows_mostly_failed_is_not_a_yardstick() -> None:
+    """``settle`` counts the partition's failed rows; the reference's count too: with 28 of 40 held-out rows
+    failed, the 12 left (no hit) need not represent the held-out, and 6 of 20 hits against them read p = 0.043,
+    "contaminated". Now inconclusive, naming the failures; 20 of 40 failed (not more than half) still decides."""
+    method = get_method("ts_guessing")
+    cfg = method.make_config({"reference": {"arc": "arc_heldout"}, "units": "rows"})
+    seen, heldout = f"{ARC}:rows0-19", f"{ARC}:rows20-59"
+
+    def reference(n_failed: int) -> list[dict]:
+        rows = _rows(0, 40, heldout, True)
+        for r in rows[:n_failed]:
+            r.update(error="engine timed out", exact_match=None)
+        return rows
+
+    broken = method.settle(method.reduce(pd.DataFrame(_rows(6, 20, seen, False) + reference(28)), cfg), cfg)
+    assert broken.decision == "inconclusive" and "28 of 40 reference rows failed (70% > 50%)" in broken.reason
+    half = method.settle(method.reduce(pd.DataFrame(_rows(6, 20, seen, False) + reference(20)), cfg), cfg)
+    assert half.decision == "contaminated", half.reason
+
+
+def test_a_contiguous_block_stays_a_block_when_filtered_rows_leave_gaps() -> None:
+    """Whether a side is a contiguous block of its split (then cut into blocks of rows: its rows are a cluster
+    sample) is read from all its rows: filtered or failed rows leave gaps in the scored ones, and read from those
+    alone a 60-row block with 40 % of its rows kept looked like a random sample - its rows became units again."""
+    import numpy as np
+
+    method = get_method("ts_guessing")
+    cfg = method.make_config({"reference": {"arc": "arc_heldout"}})
+    rng = np.random.default_rng(0)
+    own, ref = _rows(8, 60, f"{ARC}:rows0-59", False), _rows(2, 60, f"{ARC}:rows60-119", True)
+    for i, r in enumerate(ref):
+        r["order"] = 60 + i
+    for r in own + ref:
+        if rng.random() > 0.4:
+            r.update(filtered="no content word to mask", exact_match=None)
+    v = method.reduce(pd.DataFrame(own + ref), cfg)
+    units = v.details["units"]
+    assert units["partition"]["how"].startswith("blocks") and units["reference"]["how"].startswith("blocks"), units
+    assert units["partition"]["n_units"] < sum(r["filtered"] == "" for r in own)
+
+
 def test_applies_and_config_errors_name_the_key() -> None:
     facts = dict(adapter="x", config=None, split=None, limit=20, sample="first")
     qa = BenchmarkFacts(name="gsm8k", task="question_answering", has_choices=False, **facts)

@@ -79,3 +79,31 @@ def test_a_target_judging_itself_is_refused_unless_asked() -> None:
     plan_of(
         "method=[guided_prompting]", "methods.guided_prompting.judge=true", "++methods.guided_prompting.self_judge=true"
     )
+
+
+def test_reduce_input_merges_the_scans_error_so_a_failed_scan_is_not_read_as_clean(tmp_path) -> None:
+    """``runner.reduce_input`` hands clean-vs-dirty evaluation the open-data scan's label of each row and, as
+    ``contamination_error``, the scan's error on it (the scan reports a row it failed on as not contaminated);
+    the cell's own ``error`` column is its own."""
+    import pandas as pd
+
+    from contamray.pipeline.runner import reduce_input
+    from contamray.pipeline.store import ResultStore
+
+    plan = plan_of("benchmark=[arc_challenge]", "method=[clean_dirty_eval,ngram13]",
+                   "methods.clean_dirty_eval.contamination_from=ngram13")  # fmt: skip
+    cell = next(c for c in plan.cells if c.method == "clean_dirty_eval")
+    (scan,) = plan.dependencies(cell)
+    store = ResultStore(tmp_path)
+    own = pd.DataFrame({"record_id": ["a", "b"], "partition": ["p", "p"], "correct": [True, False],
+                        "error": ["", "no options"]})  # fmt: skip
+    labels = pd.DataFrame({"record_id": ["a", "b"], "contaminated": [False, True],
+                           "contamination_type": ["clean", "input_only"], "error": ["corpus shard unreadable", ""]})
+    store.put_examples(cell, plan.cell_hash(cell), own)
+    store.put_examples(scan, plan.cell_hash(scan), labels)
+    table = reduce_input(plan, cell, store).set_index("record_id")
+    assert table.loc["a", "contamination_error"] == "corpus shard unreadable"
+    assert table.loc["b", "error"] == "no options"
+    assert table.loc["a", "error"] == "" and table.loc["b", "contamination_type"] == "input_only"
+    verdict = get_method("clean_dirty_eval").reduce(table.reset_index(), plan.methods[cell.method].config())
+    assert verdict.details["n_scan_failed"] == 1 and verdict.details["n_clean"] == 0 and verdict.n_failed == 2

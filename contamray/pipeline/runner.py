@@ -465,11 +465,11 @@ def reduce_input(plan: Plan, cell: Cell, store: ResultStore) -> pd.DataFrame:
     source = mp.method.contamination_source(cfg)
     if source:
         labels = store.load_examples(plan.cell_hash(Cell(plan.corpus_label, cell.benchmark, source, "open")))
-        keep = [c for c in ("record_id", "contaminated", "contamination_type") if c in labels.columns]
-        labels = labels[keep].drop_duplicates("record_id")
-        own = own.drop(columns=[c for c in keep if c != "record_id" and c in own.columns]).merge(
-            labels, on="record_id", how="left"
-        )
+        keep = [c for c in ("record_id", "contaminated", "contamination_type", "error") if c in labels.columns]
+        # the scan's own error on a row, so that a row it failed on is not read as "clean"
+        labels = labels[keep].drop_duplicates("record_id").rename(columns={"error": "contamination_error"})
+        merged = [c for c in labels.columns if c != "record_id"]
+        own = own.drop(columns=[c for c in merged if c in own.columns]).merge(labels, on="record_id", how="left")
     return own
 
 

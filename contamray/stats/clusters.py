@@ -130,17 +130,20 @@ def sampling_units(
     block_rows: int,
     force_blocks: bool = False,
     independent: bool = False,
+    contiguous: bool | None = None,
 ) -> Units:
     """The units of one side's rows, given in ascending ``order`` (see the module doc).
 
     ``mode``: ``auto`` (declared units, blocks when contiguous or ``force_blocks``), ``declared``
     (declared units only) or ``rows`` (every row its own unit: the rows are known to be independent).
     ``independent``: the dataset declares its rows independent draws whatever their order (a generator
-    drawing each row alone), so a contiguous block is a random sample.
+    drawing each row alone), so a contiguous block is a random sample. ``contiguous``: whether the side was drawn
+    as a contiguous block, when known from more rows than ``orders`` (rows left out of the test leave gaps); None:
+    read from ``orders``.
     """
     if mode not in UNIT_MODES:
         raise ValueError(f"units: {mode!r} is not one of {', '.join(UNIT_MODES)}")
-    contiguous = is_contiguous(orders) and not independent
+    contiguous = (is_contiguous(orders) if contiguous is None else contiguous) and not independent
     if mode == "rows":
         return Units([[i] for i in range(len(orders))], "rows", contiguous)
     units = declared_units(orders, keys)
@@ -170,17 +173,25 @@ def shared_topic(keys: Sequence[Sequence[str]]) -> str:
     return key if key.split("=", 1)[0] in TOPIC_KEYS else ""
 
 
-def paired_units(sides: Sequence[tuple[Sequence[int], Sequence[str], bool]], mode: str, block_rows: int) -> list[Units]:
+def paired_units(
+    sides: Sequence[tuple[Sequence[int], Sequence[str], bool]],
+    mode: str,
+    block_rows: int,
+    contiguous: Sequence[bool | None] | None = None,
+) -> list[Units]:
     """Units of every side (split orders, declared keys, rows declared independent); when any side is
     blocked, every side is, with one block size. Under ``auto`` a topic shared by every row of every side makes
-    no unit (module doc)."""
+    no unit (module doc). ``contiguous``: per side, whether it was drawn as a contiguous block (``sampling_units``),
+    when the caller knows it from more rows than those tested."""
     topic = shared_topic([k for _, k, _ in sides]) if mode == "auto" else ""
     if topic:
         sides = [(o, [""] * len(k), i) for o, k, i in sides]
     size = block_size([len(o) for o, _, _ in sides], block_rows)
-    units = [sampling_units(o, k, mode, size, independent=i) for o, k, i in sides]
+    design = list(contiguous) if contiguous is not None else [None] * len(sides)
+    units = [sampling_units(o, k, mode, size, independent=i, contiguous=c) for (o, k, i), c in zip(sides, design)]
     if mode == "auto" and any(u.how.startswith("blocks") for u in units):
-        units = [sampling_units(o, k, mode, size, force_blocks=True, independent=i) for o, k, i in sides]
+        units = [sampling_units(o, k, mode, size, force_blocks=True, independent=i, contiguous=c)
+                 for (o, k, i), c in zip(sides, design)]  # fmt: skip
     if topic:
         note = f"; {topic} on every row of both sides, a constant of the comparison, makes no unit"
         units = [Units(u.units, u.how + note, u.contiguous) for u in units]

@@ -27,10 +27,23 @@ left out of both sides and counted in ``details`` (``n_unsplit``, ``n_unsplit_<t
 subset and tests the difference with Fisher's exact test (scipy; two-by-two table of correct /
 incorrect by dirty / clean): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
 direction contamination inflates), two-sided p-values per subset are in ``details``. The partition is
-called contaminated (evaluation inflated) when ``p_value < alpha``; inconclusive when a subset is
+called contaminated (evaluation inflated) when ``p_value <= alpha``; inconclusive when a subset is
 empty or even the most lopsided table the margins allow could not reach ``alpha`` (too few rows). The
-report gives the accuracies without a test; the test is ours. It applies to multiple-choice
-benchmarks only (``applies.needs_choices``): the plan skips it elsewhere, with the reason.
+report gives the accuracies without a test; the test is ours. A row the open-data scan failed on (its ``error``,
+merged as ``contamination_error``; the scan itself reports such a row as not contaminated) is a failed row
+here, in neither subset (``n_scan_failed``), so that the failure share ``settle`` applies counts it.
+
+Its null, and what it does not remove: Fisher's test asks whether correctness is independent of the dirty flag
+given the table's margins, rows independent. "No contamination" does not make it so: what is on the web is not
+a random draw of a benchmark - dirty items may be easier (shorter, more common), and flags and accuracy both
+cluster by source or topic (MMLU's subjects, HellaSwag's activities). In a simulation of 10 topics x 10 rows,
+each topic found on the web whole with probability 0.3 and topic accuracies spread by 0.15 (sd), with no effect
+of contamination, it flagged 8 % at alpha = 0.05 (2,000 draws, 2026-11-29). So a "contaminated" here says the
+dirty part scores higher, as the report reads it - not that contamination caused it; a stratified test (within
+topics) or a control model's gap would be needed for more.
+
+It applies to multiple-choice benchmarks only (``applies.needs_choices``): the plan skips it elsewhere, with the
+reason.
 """
 
 from __future__ import annotations
@@ -160,7 +173,12 @@ def choice_perplexities(record: Record, outputs: dict[str, Output], tag: str = "
         continuation = full.token_logprobs[full.prompt_tokens - 1 if chat else n :]
         if not continuation:
             raise ValueError(f"option {k} added no tokens to the prompt (empty option?)")
-        values.append(math.exp(-sum(continuation) / len(continuation)))
+        nll = -sum(continuation) / len(continuation)
+        if not math.isfinite(nll) or nll > 700:  # NaN / infinite log-probabilities; exp() would overflow past 709
+            raise ValueError(f"option {k}'s mean token log-probability is {-nll:.4g} (NaN, infinite or below -700: "
+                             "not a usable score - an overflow in the engine's dtype?); score in float32 "
+                             "(models.<name>.dtype=float32)")  # fmt: skip
+        values.append(math.exp(nll))
     return values
 
 
@@ -260,7 +278,10 @@ class CleanDirtyEval(Method):
             )
         own = [r for r in rows if not _known(r.get("is_reference")) or not bool(r.get("is_reference"))]
         partitions = sorted({str(r.get("partition")) for r in own})
-        ok = [r for r in own if not row_failed(r) and _known(r.get("correct"))]
+        # a row the open-data scan failed on has no contamination label (the scan reports such rows as not
+        # contaminated): it is a failed row here, in neither subset
+        unscanned = [r for r in own if not row_failed(r) and _scan_error(r)]
+        ok = [r for r in own if not row_failed(r) and not _scan_error(r) and _known(r.get("correct"))]
         unsplit = [r for r in ok if r.get("contamination_type") not in SUBSETS]
         unsplit_types = Counter(str(r.get("contamination_type")) for r in unsplit)
         ok = [r for r in ok if r.get("contamination_type") in SUBSETS]
@@ -271,7 +292,11 @@ class CleanDirtyEval(Method):
         details: dict[str, Any] = {
             "contamination_from": cfg.contamination_from,
             "alpha": cfg.alpha,
+            "null": "accuracy independent of the dirty flag given the table's margins (Fisher's exact test, rows "
+                    "independent); not adjusted for topic or difficulty: a gap may be what is on the web, not what "
+                    "contamination did (module docstring)",
             "n_unsplit": len(unsplit),  # label_only / frequent_only / template_only (or untyped): in neither subset
+            "n_scan_failed": len(unscanned),  # the open-data scan failed on these rows: counted failed
             **{f"n_unsplit_{t}": n for t, n in sorted(unsplit_types.items())},
             **{f"n_{s}": len(v) for s, v in groups.items()},
             **{f"accuracy_{s}": a for s, a in acc.items()},
@@ -292,16 +317,27 @@ class CleanDirtyEval(Method):
             method=NAME,
             partition=partitions[0] if partitions else "",
             statistic=statistic,
-            contaminated=p_value is not None and p_value < cfg.alpha,
+            contaminated=p_value is not None and p_value <= cfg.alpha,  # as every test's decision (decision_at)
             p_value=p_value,
             rate=n_dirty / len(ok) if ok else None,
             n_examples=len(own),
-            n_failed=sum(row_failed(r) for r in own),
+            n_failed=sum(row_failed(r) for r in own) + len(unscanned),
             details=details,
         )
+        if unscanned:
+            details.setdefault("errors", [f"{r.get('record_id')}: the open-data scan ({cfg.contamination_from}) "
+                                          f"failed: {_scan_error(r)}" for r in unscanned[:5]])  # fmt: skip
         reason = _undecidable(groups["dirty"], clean, cfg)
         details["summary"] = reason or (
             f"accuracy dirty {acc['dirty']:.2f} (n={n_dirty}) vs clean {acc['clean']:.2f} (n={len(clean)}), "
             f"one-sided Fisher p={p_value:.3g}"
         )
         return verdict.make_inconclusive(reason) if reason else verdict
+
+
+def _scan_error(row: Mapping[str, Any]) -> str:
+    """The open-data scan's error on this row (merged by the runner as ``contamination_error``), "" when none."""
+    value = row.get("contamination_error")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)

@@ -46,7 +46,8 @@ activity, entity or subject sit together and share most of what a score measures
 as independent over-rejects (runs of 3-6 rows at intra-run correlation 0.3, as measured on
 ``synthetic_structured``: 13 % of clean 20-row slices flagged at alpha = 0.05, ``tests/test_clusters.py``).
 With ``units: auto`` declared groups and topics are units, and a side that is a contiguous block of its
-split (unless its dataset declares its rows independent draws) is cut into blocks of ``floor(sqrt(n))``
+split (read from all its rows - rows filtered or failed leave gaps that must not make a block look like a random
+sample; unless its dataset declares its rows independent draws) is cut into blocks of ``floor(sqrt(n))``
 (at least ``block_rows``) consecutive rows - batch means - and so is the other side; each unit scores
 its rows' mean, and the test runs on units (4.3 % and 5.0 % flagged at 20 and 100 rows). A random sample
 (``sample: random``) keeps its rows as units. Blocks cost power on small contiguous slices: 20 rows a
@@ -62,7 +63,9 @@ same kind - a held-out again. Hence ``heldout`` is the default.
 
 The decision is three-valued. ``inconclusive`` (with a reason naming what to set) when there are no
 reference rows (no ``reference`` for this benchmark, or the partition is itself a reference: the
-yardstick is never tested), when the reference rows come from another benchmark in ``heldout`` mode,
+yardstick is never tested), when the reference rows come from another benchmark in ``heldout`` mode, when
+more than half of the reference rows failed (``settle`` counts the partition's failures; the reference's are
+counted here - the rows left need not represent it),
 when either side has fewer than ``applies.min_rows`` scored rows, or when even the most extreme ranking
 could not reach ``alpha`` (the smallest one-sided p with n1, n2 units is ``1 / C(n1 + n2, n1)``), or when
 the scores are so tied that no assignment of them to the two sides could (``details["min_p_value"]``,
@@ -91,7 +94,7 @@ from typing import Any, ClassVar
 from contamray.methods.base import Applies, BenchmarkFacts, Method, Output, Verdict, decision_at
 from contamray.methods.closed.cell_rows import column_mean, finite, missing, output_map, row_failed, rows_of, truthy
 from contamray.records import Record, benchmark_of
-from contamray.stats.clusters import UNIT_MODES, paired_units, unit_key, unit_means
+from contamray.stats.clusters import UNIT_MODES, is_contiguous, paired_units, unit_key, unit_means
 from contamray.stats.tests import describe, mann_whitney_greater, mann_whitney_min_p, roc_auc, tpr_at_fpr
 
 MODES = ("heldout", "distribution")
@@ -337,6 +340,13 @@ class HeldoutTest(Method):
                 f"mode=heldout, but the reference rows are from {', '.join(foreign)}, another benchmark than "
                 f"{partition}: set the reference to a held-out {adapter} partition, or mode: distribution"
             )
+        ref_failed = sum(1 for r in ref if row_failed(r))
+        if ref_failed / len(ref) > self.max_failed_share:  # ``settle`` counts the partition's failures alone
+            return (
+                f"{ref_failed} of {len(ref)} reference rows failed ({ref_failed / len(ref):.0%} > "
+                f"{self.max_failed_share:.0%}): the held-out rows left need not represent the reference, so the "
+                "comparison is not credible; fix the failures (see the reference cell's error column)"
+            )
         n1, n2 = main["partition"]["n"], main["reference"]["n"]
         need = self.applies.min_rows
         if n1 < need or n2 < need:
@@ -521,7 +531,11 @@ def _test_column(
     if mine and theirs:
         sides = [([_order(r) for r, _ in s], [str(r.get("unit_key") or "") for r, _ in s],
                   all(truthy(r.get("independent_rows")) for r, _ in s)) for s in (mine, theirs)]  # fmt: skip
-        units = paired_units(sides, cfg.units, cfg.block_rows)
+        # whether a side is a contiguous block of its split is its design: read from all its rows, not only those
+        # scored - filtered or failed rows leave gaps that would make a block look like a random sample
+        design = [is_contiguous([o for r, _ in _in_order([(r, 0.0) for r in side]) if (o := _order(r)) >= 0])
+                  for side in (own, ref)]  # fmt: skip
+        units = paired_units(sides, cfg.units, cfg.block_rows, contiguous=design)
         a = unit_means([v for _, v in mine], units[0])
         b = unit_means([v for _, v in theirs], units[1])
         test = mann_whitney_greater(a, b, ties="permutation")  # coarse scores (0/1) tie: the exact null
