@@ -193,13 +193,13 @@ class Checker:
         if benchmark and adapter is None:
             adapter = _conf_adapter(benchmark)
         ref_rows, ref_failures = self._reference_rows(plan, reference) if reference else ([], [])
+        spec = get_adapter(adapter) if adapter else None
         split = "items"  # the split a prompt naming one names: the reference's, else the benchmark's
         if ref_rows:
             split = partition_parts(ref_rows[0].partition)[2]
-        elif adapter:
-            split = get_adapter(adapter).resolve_split(plan.benchmarks[benchmark].split
-                                                       if benchmark in plan.benchmarks else None)  # fmt: skip
-        records = items_to_records(items, adapter, get_adapter(adapter).task if adapter else None, split)
+        elif spec is not None:
+            split = spec.resolve_split(plan.benchmarks[benchmark].split if benchmark in plan.benchmarks else None)
+        records = items_to_records(items, adapter, spec.task if spec else None, split)
         ref_plan = plan.benchmarks[reference.benchmark] if reference else None
         comparison = None
         if ref_plan is not None:

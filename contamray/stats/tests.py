@@ -293,14 +293,15 @@ def mann_whitney_greater(
     tied = ties == "permutation" and distinct.size < pooled.size
     coarse = tied and 2 * distinct.size <= pooled.size
     few = tied and math.comb(pooled.size, xs.size) <= MW_TIE_RESAMPLES  # every arrangement can be enumerated
+    binary = coarse and distinct.size == 2  # the exact p is hypergeometric (below)
     method: Any = "auto"
     null = "scipy auto" if distinct.size == pooled.size else "normal approximation (ties)"
-    if (coarse or few) and not (coarse and distinct.size == 2):
+    if (coarse or few) and not binary:
         method = stats.PermutationMethod(n_resamples=MW_TIE_RESAMPLES, random_state=seed)
         null = "permutation (coarse ties)" if coarse else "exact permutation (ties, every arrangement)"
     res = stats.mannwhitneyu(xs, ys, alternative="greater", method=method)
     u, p = float(res.statistic), float(res.pvalue)
-    if coarse and distinct.size == 2:  # U is the x side's count of the higher value: hypergeometric given the margins
+    if binary:  # U is the x side's count of the higher value: hypergeometric given the margins
         high = distinct[1]
         p = float(stats.hypergeom.sf(int(np.sum(xs == high)) - 1, pooled.size, int(np.sum(pooled == high)), xs.size))
         null = "exact (two values: hypergeometric)"

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contamray.methods.base import Applies, Method, Output, Outputs, Request, Verdict, register
-from contamray.methods.closed.cell_rows import row_failed
+from contamray.methods.closed.cell_rows import missing, row_failed
 from contamray.records import Record
 
 NAME = "clean_dirty_eval"
@@ -338,6 +338,4 @@ class CleanDirtyEval(Method):
 def _scan_error(row: Mapping[str, Any]) -> str:
     """The open-data scan's error on this row (merged by the runner as ``contamination_error``), "" when none."""
     value = row.get("contamination_error")
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return str(value)
+    return "" if missing(value) else str(value)

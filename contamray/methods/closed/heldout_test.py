@@ -505,9 +505,14 @@ def _scored(rows: list[dict], column: str) -> list[tuple[dict, float]]:
     return [(r, v) for r, v in pairs if v is not None]
 
 
+def _split_key(row: Mapping[str, Any]) -> tuple[str, int]:
+    """A row's place in split order: partition, then ``order`` (-1 without one)."""
+    return str(row.get("partition", "")), _order(row)
+
+
 def _in_order(pairs: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
     """Scored rows in split order (partition, then ``order``); rows without an order keep theirs."""
-    return sorted(pairs, key=lambda p: (str(p[0].get("partition", "")), _order(p[0])))
+    return sorted(pairs, key=lambda p: _split_key(p[0]))
 
 
 def _order(row: Mapping[str, Any]) -> int:
@@ -533,8 +538,7 @@ def _test_column(
                   all(truthy(r.get("independent_rows")) for r, _ in s)) for s in (mine, theirs)]  # fmt: skip
         # whether a side is a contiguous block of its split is its design: read from all its rows, not only those
         # scored - filtered or failed rows leave gaps that would make a block look like a random sample
-        design = [is_contiguous([o for r, _ in _in_order([(r, 0.0) for r in side]) if (o := _order(r)) >= 0])
-                  for side in (own, ref)]  # fmt: skip
+        design = [is_contiguous([o for _, o in sorted(map(_split_key, side)) if o >= 0]) for side in (own, ref)]
         units = paired_units(sides, cfg.units, cfg.block_rows, contiguous=design)
         a = unit_means([v for _, v in mine], units[0])
         b = unit_means([v for _, v in theirs], units[1])

@@ -393,6 +393,12 @@ def _shard_rng(seed: int, partition: str, index: int) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest, "little"))
 
 
+def other_orders(n_units: int) -> int:
+    """How many orders of ``n_units`` units differ from the canonical one: n! - 1 (counted up to 13 units; beyond,
+    more than any shuffle count asks for)."""
+    return math.factorial(min(n_units, 13)) - 1
+
+
 def unit_orders(n_units: int, m: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
     """The other orders of a shard's ``n_units`` units that are scored beside the canonical one (the identity):
     every one of them once when there are at most ``m`` (n! - 1 <= m: 2 units have 1, 3 units 5, 4 units 23),
@@ -403,7 +409,7 @@ def unit_orders(n_units: int, m: int, rng: np.random.Generator) -> list[tuple[in
     scored order repeats the canonical one, which would tie with it in every choice and waste the shard's power
     (about half of the draws do in a 2-unit shard)."""
     identity = tuple(range(n_units))
-    if n_units <= 12 and math.factorial(n_units) - 1 <= m:
+    if other_orders(n_units) <= m:
         return [p for p in itertools.permutations(identity) if p != identity]
     seen, out = {identity}, []
     while len(out) < m:
@@ -951,13 +957,13 @@ def _group_rows(adapter: str) -> int:
 def _unreachable(per_shard: list[dict[str, Any]], reach: float, repeats: int, cfg: Config) -> str:
     """Why no ordering preference could reach alpha with these shards, and what to change."""
     sizes = [s["units"] or s["size"] for s in per_shard]
-    few = [s for s in per_shard if s["units"] and math.factorial(min(s["units"], 13)) - 1 < cfg.permutations_per_shard]
+    few = [s for s in per_shard if s["units"] and other_orders(s["units"]) < cfg.permutations_per_shard]
     if repeats:  # rows of an older version, which drew shuffles with replacement
         why = (f" ({repeats} shuffle(s) drew the canonical order again and tie with it: shards of "
                f"{min(sizes)}-{max(sizes)} units have few orders)")  # fmt: skip
     elif few:
         small = min(s["units"] for s in few)
-        why = (f" ({len(few)} shard(s) of as few as {small} units have only {math.factorial(small) - 1} other "
+        why = (f" ({len(few)} shard(s) of as few as {small} units have only {other_orders(small)} other "
                f"order(s), each scored once)")  # fmt: skip
     else:
         why = ""
