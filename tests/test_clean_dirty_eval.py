@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from contamray.benchmarks import load_records
@@ -176,3 +178,81 @@ def test_no_dirty_subset_or_too_few_rows_is_inconclusive_not_clean():
     assert tiny.p_value == pytest.approx(1 / 15)
     enough = method.reduce(_table({"clean": (0, 6), "input_and_label": (4, 4)}), cfg)  # p = 1 / C(10, 4)
     assert enough.decision == "contaminated" and enough.p_value == pytest.approx(1 / 210)
+
+
+def _topic_rows(rng, effect: float = 0.0, topics: int = 10, per_topic: int = 10) -> list[dict]:
+    """One clean-by-construction partition (``effect`` 0) of ``topics`` x ``per_topic`` rows: topic accuracies
+    spread by 0.15 (sd), the easier half of the topics found on the web 5 x as often (a row flagged with
+    probability 0.5 v 0.1), correct or not independent of the flag within a topic - unless ``effect`` > 0, the
+    dirty rows' gain in accuracy."""
+    rows = []
+    for t in range(topics):
+        accuracy = float(np.clip(0.5 + 0.15 * rng.standard_normal(), 0.05, 0.95))
+        flag = 0.5 if accuracy > 0.5 else 0.1
+        for i in range(per_topic):
+            dirty = bool(rng.random() < flag)
+            correct = bool(rng.random() < min(1.0, accuracy + effect * dirty))
+            rows.append({"record_id": f"t{t}-{i}", "partition": "p", "error": "", "correct": correct,
+                         "stratum": f"subject=topic{t}", "contaminated": dirty,
+                         "contamination_type": "input_and_label" if dirty else "clean"})  # fmt: skip
+    return rows
+
+
+def test_dirty_and_clean_rows_are_compared_within_topics():
+    """An easy subject found on the web and a hard one not: the pooled table says "dirty rows score higher"
+    (Fisher p < 0.001) though within each subject dirty and clean rows score alike - what the web holds, not what
+    contamination did. Within topics (the default) it is clean, with the pooled reading still there on request."""
+    method = get_method("clean_dirty_eval")
+    rows = []
+    for topic, (dirty, clean) in {"easy": ((16, 20), (8, 10)), "hard": ((2, 10), (6, 30))}.items():
+        part = _table({"input_and_label": dirty, "clean": clean})
+        rows += [dict(r, record_id=f"{topic}-{r['record_id']}", stratum=f"subject={topic}") for r in part]
+    within = method.reduce(rows, method.make_config({"contamination_from": "meteor_recall"}))
+    pooled = method.reduce(rows, method.make_config({"contamination_from": "meteor_recall", "strata": "none"}))
+    assert pooled.p_value == pytest.approx(_fisher_greater(18, 30, 14, 40)) and pooled.details["strata"] == "none"
+    assert within.decision == "clean" and within.p_value > 0.4, within.p_value
+    assert within.details["n_strata"] == 2 and within.details["n_strata_compared"] == 2
+    assert within.details["odds_ratio_mh"] == pytest.approx(1.0)  # alike within each topic
+    assert "within 2 of 2 topics" in within.details["summary"]
+    # one topic: the exact test is Fisher's, by hand
+    easy = [r for r in rows if r["stratum"] == "subject=easy"]
+    assert method.reduce(easy, method.make_config({"contamination_from": "x"})).p_value == pytest.approx(
+        _fisher_greater(16, 20, 8, 10))
+    # a topic all dirty or all clean carries no within-topic evidence; none with both: inconclusive, saying why
+    apart = [dict(r, stratum=f"subject={r['contamination_type']}") for r in rows]
+    verdict = method.reduce(apart, method.make_config({"contamination_from": "meteor_recall"}))
+    assert verdict.decision == "inconclusive" and "no topic has both dirty and clean rows" in verdict.reason
+    assert "strata=none" in verdict.reason
+
+
+def test_the_within_topic_test_holds_alpha_where_the_pooled_one_does_not_and_finds_a_real_gain():
+    """Clean by construction (see ``_topic_rows``): 600 partitions. Within topics (exact, conditional on each
+    topic's margins) at most alpha + 3 sd are flagged (17 of 600 when written); pooled (Fisher's test on one table, the
+    old reading) far more (132 of 600). With dirty rows 0.3 more often correct, most are flagged within topics (75 of
+    100)."""
+    method = get_method("clean_dirty_eval")
+    within_cfg = method.make_config({"contamination_from": "meteor_recall"})
+    pooled_cfg = method.make_config({"contamination_from": "meteor_recall", "strata": "none"})
+    rng = np.random.default_rng(2026)
+    draws, within, pooled = 600, 0, 0
+    for _ in range(draws):
+        rows = _topic_rows(rng)
+        within += method.reduce(rows, within_cfg).decision == "contaminated"
+        pooled += method.reduce(rows, pooled_cfg).decision == "contaminated"
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / draws)
+    assert within / draws <= bound, within
+    assert pooled / draws > 0.12, pooled  # the confound the stratification removes
+    found = sum(method.reduce(_topic_rows(rng, effect=0.3), within_cfg).decision == "contaminated" for _ in range(100))
+    assert found >= 60, found
+
+
+def test_a_rows_stratum_is_its_declared_topic(arc):
+    method = get_method("clean_dirty_eval")
+    record = arc[0]
+    topical = replace(record, meta={**record.meta, "subject": "astronomy"})
+    rows = method.score([record, topical], {}, method.make_config({"contamination_from": "x"}))
+    assert [r["stratum"] for r in rows] == ["", "subject=astronomy"]
+    pooled = method.score([topical], {}, method.make_config({"contamination_from": "x", "strata": "none"}))
+    assert pooled[0]["stratum"] == ""
+    with pytest.raises(ValueError, match="strata='subject' is not one of topic, none"):
+        method.make_config({"contamination_from": "x", "strata": "subject"})

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
 from contamray.stats.tests import (
+    Stratum,
     describe,
     mann_whitney_greater,
     permutation_p_value,
@@ -16,6 +18,7 @@ from contamray.stats.tests import (
     shard_permutation_test,
     sign_flip_greater,
     sign_flip_min_nonzero,
+    stratified_exact_greater,
     t_test_greater,
     tpr_at_fpr,
 )
@@ -310,3 +313,40 @@ def test_the_smallest_mann_whitney_p_the_pooled_values_allow():
         best = max(us)
         expected = sum(u == best for u in us) / len(us)
         assert mann_whitney_min_p(pooled[:n_x], pooled[n_x:]) == pytest.approx(expected)
+
+
+def _brute_stratified_p(strata: list[tuple[int, int, int, int]]) -> float:
+    """P(sum of the a sides' correct >= observed), every stratum's count hypergeometric given its margins:
+    the joint distribution enumerated by hand (math.comb), no scipy."""
+    dist: dict[int, float] = {}
+    for ks in itertools.product(*[range(n_a + 1) for _, n_a, _, _ in strata]):
+        prob = 1.0
+        for k, (ca, na, cb, nb) in zip(ks, strata):
+            correct, n = ca + cb, na + nb
+            prob *= math.comb(correct, k) * math.comb(n - correct, na - k) / math.comb(n, na) if k <= correct else 0
+        dist[sum(ks)] = dist.get(sum(ks), 0.0) + prob
+    observed = sum(s[0] for s in strata)
+    return sum(p for total, p in dist.items() if total >= observed)
+
+
+def test_the_stratified_exact_test_is_fishers_for_one_stratum_and_the_enumerated_sum_for_several():
+    from scipy.stats import fisher_exact
+
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        na, nb = (int(v) for v in rng.integers(1, 12, 2))
+        ca, cb = int(rng.integers(0, na + 1)), int(rng.integers(0, nb + 1))
+        one = stratified_exact_greater([Stratum(ca, na, cb, nb)])
+        assert one.p_value == pytest.approx(fisher_exact([[ca, na - ca], [cb, nb - cb]], alternative="greater")[1])
+    for _ in range(150):
+        strata = []
+        for _k in range(3):  # sides may be empty: such a stratum adds a constant
+            na, nb = (int(v) for v in rng.integers(0, 6, 2))
+            strata.append((int(rng.integers(0, na + 1)), na, int(rng.integers(0, nb + 1)), nb))
+        got = stratified_exact_greater([Stratum(*s) for s in strata])
+        assert got.p_value == pytest.approx(_brute_stratified_p(strata), abs=1e-12), strata
+        assert got.detail["n_informative"] == sum(na and nb and 0 < ca + cb < na + nb for ca, na, cb, nb in strata)
+    # the smallest p: every stratum at its most extreme count (1/C(4,2) * 1/C(3,1))
+    assert stratified_exact_greater([Stratum(0, 2, 2, 2), Stratum(0, 1, 1, 2)]).detail["min_p"] == pytest.approx(1 / 18)
+    with pytest.raises(ValueError, match="correct <= n"):
+        Stratum(3, 2, 0, 1)

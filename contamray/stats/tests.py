@@ -22,6 +22,12 @@
   with ties the permutation distribution given the pooled values when asked - the held-out tests do -
   else the tie-corrected normal approximation). A partition's membership scores are compared with those of a reference
   partition known to be unseen.
+- ``stratified_exact_greater``: one-sided exact conditional test of "correct is independent of the group (a
+  or b) within every stratum" in 2 x 2 x K tables, H1: group a does better (a common odds ratio above 1) - the
+  exact version of the Cochran-Mantel-Haenszel test (Birch 1964; Gart 1970; Agresti 2013, "Categorical Data
+  Analysis", sec. 6.7.5): given every stratum's margins the a side's correct count of each stratum is
+  hypergeometric, and the p is the upper tail of their sum (the pmfs convolved, exact). One stratum: Fisher's
+  one-sided exact test.
 - ``roc_auc``, ``roc_curve``, ``tpr_at_fpr``: instance-level detection quality when membership labels
   exist (Shi et al. 2024, Zhang et al. 2024 report AUROC and TPR at 5 % FPR). ``roc_auc`` is the
   Mann-Whitney statistic U / (n_pos * n_neg) with ties counted one half, which equals the area under
@@ -329,6 +335,75 @@ def mann_whitney_min_p(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.
     above = int(np.sum(pooled > boundary))
     equal = int(np.sum(pooled == boundary))
     return math.comb(equal, n_x - above) / math.comb(pooled.size, n_x)
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """One 2 x 2 table: correct of ``n_a`` in group a, correct of ``n_b`` in group b."""
+
+    correct_a: int
+    n_a: int
+    correct_b: int
+    n_b: int
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.correct_a <= self.n_a and 0 <= self.correct_b <= self.n_b):
+            raise ValueError(f"stratum {self}: counts must satisfy 0 <= correct <= n on each side")
+
+    @property
+    def informative(self) -> bool:
+        """Whether the stratum's count can vary given its margins (both sides present, not all of one outcome)."""
+        correct = self.correct_a + self.correct_b
+        return self.n_a > 0 and self.n_b > 0 and 0 < correct < self.n_a + self.n_b
+
+
+def _hypergeom_pmfs(strata: Sequence[Stratum]) -> tuple[np.ndarray, int]:
+    """The null distribution of the a sides' total correct given every stratum's margins: pmf over
+    ``offset + 0 .. offset + len - 1`` (the informative strata convolved; the others add a constant)."""
+    stats = _scipy_stats()
+    total, offset = np.ones(1), 0
+    for s in strata:
+        correct, n = s.correct_a + s.correct_b, s.n_a + s.n_b
+        low, high = max(0, s.n_a - (n - correct)), min(s.n_a, correct)
+        offset += low
+        if high > low:
+            pmf = stats.hypergeom.pmf(np.arange(low, high + 1), n, correct, s.n_a)
+            total = np.convolve(total, pmf / pmf.sum())
+    return total, offset
+
+
+def stratified_exact_greater(strata: Sequence[Stratum]) -> TestResult:
+    """One-sided exact conditional test over strata, H1: group a is more often correct than group b within strata.
+
+    The null: within every stratum, correct or not is independent of the group (the rows of a stratum exchangeable
+    between the groups, given its margins). Its statistic is the a sides' total correct count; its p is the upper
+    tail of that count's exact null distribution (each stratum's count hypergeometric given its margins, the strata
+    independent: the convolution). A stratum with only one group, or only one outcome, cannot vary: it adds a
+    constant and no evidence (``detail["n_informative"]``). ``detail["min_p"]``: the smallest p these margins allow
+    (every stratum at its most extreme count); ``detail["odds_ratio_mh"]``: the Mantel-Haenszel common odds ratio.
+    """
+    if not strata:
+        raise ValueError("stratified_exact_greater: no stratum given")
+    pmf, offset = _hypergeom_pmfs(strata)
+    observed = sum(s.correct_a for s in strata) - offset
+    tail = np.cumsum(pmf[::-1])[::-1]  # tail[k] = P(count >= offset + k)
+    p = float(tail[observed]) if observed < tail.size else 0.0
+    num = sum(s.correct_a * (s.n_b - s.correct_b) / (s.n_a + s.n_b) for s in strata if s.n_a + s.n_b)
+    den = sum((s.n_a - s.correct_a) * s.correct_b / (s.n_a + s.n_b) for s in strata if s.n_a + s.n_b)
+    odds = num / den if den else (math.inf if num else math.nan)
+    return TestResult(
+        statistic=float(observed + offset),
+        p_value=min(1.0, max(p, 0.0)),
+        n=sum(s.n_a + s.n_b for s in strata),
+        detail={
+            "n_strata": len(strata),
+            "n_informative": sum(s.informative for s in strata),
+            "min_p": min(1.0, float(pmf[-1])),
+            "expected": float(offset + np.dot(np.arange(pmf.size), pmf)),
+            "odds_ratio_mh": odds,
+            "null": "exact conditional (hypergeometric per stratum, convolved)",
+        },
+    )
 
 
 def _labels(labels: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:

@@ -24,23 +24,32 @@ open-data method may give - ``label_only`` (the answer found without the questio
 (only n-grams too common to count, GPT-3's filter) and ``template_only`` (only n-grams other benchmark
 items share, ``ngram_overlap``'s ``template_min_items``) - belong to none of the report's three subsets: they are
 left out of both sides and counted in ``details`` (``n_unsplit``, ``n_unsplit_<type>``). ``reduce`` reports accuracy per
-subset and tests the difference with Fisher's exact test (scipy; two-by-two table of correct /
-incorrect by dirty / clean): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
-direction contamination inflates), two-sided p-values per subset are in ``details``. The partition is
-called contaminated (evaluation inflated) when ``p_value <= alpha``; inconclusive when a subset is
-empty or even the most lopsided table the margins allow could not reach ``alpha`` (too few rows). The
-report gives the accuracies without a test; the test is ours. A row the open-data scan failed on (its ``error``,
-merged as ``contamination_error``; the scan itself reports such a row as not contaminated) is a failed row
-here, in neither subset (``n_scan_failed``), so that the failure share ``settle`` applies counts it.
+subset and tests the difference (below): ``p_value`` is one-sided (H1: dirty accuracy > clean accuracy, the
+direction contamination inflates), per subset in ``details``. The partition is called contaminated (evaluation
+inflated) when ``p_value <= alpha``; inconclusive when a subset is empty, when no topic has both dirty and clean
+rows, or when even the most lopsided tables the margins allow could not reach ``alpha`` (too few rows). The report
+gives the accuracies without a test; the test is ours. A row the open-data scan failed on (its ``error``, merged as
+``contamination_error``; the scan itself reports such a row as not contaminated) is a failed row here, in neither
+subset (``n_scan_failed``), so that the failure share ``settle`` applies counts it.
 
-Its null, and what it does not remove: Fisher's test asks whether correctness is independent of the dirty flag
-given the table's margins, rows independent. "No contamination" does not make it so: what is on the web is not
-a random draw of a benchmark - dirty items may be easier (shorter, more common), and flags and accuracy both
-cluster by source or topic (MMLU's subjects, HellaSwag's activities). In a simulation of 10 topics x 10 rows,
-each topic found on the web whole with probability 0.3 and topic accuracies spread by 0.15 (sd), with no effect
-of contamination, it flagged 8 % at alpha = 0.05 (2,000 draws, 2026-11-29). So a "contaminated" here says the
-dirty part scores higher, as the report reads it - not that contamination caused it; a stratified test (within
-topics) or a control model's gap would be needed for more.
+The test, and its null. What is on the web is not a random draw of a benchmark: flags and accuracy both cluster by
+topic (MMLU's subjects, HellaSwag's activities) - an easy, popular subject is found more often *and* answered better,
+with no contamination at all. Fisher's exact test on the pooled table (correct / incorrect by dirty / clean) reads
+that as contamination: in a simulation of 10 topics x 10 rows, topic accuracies spread by 0.15 (sd) and the easier
+half of the topics found on the web 5 x as often (rows flagged 0.5 v 0.1), correctness independent of the flag
+within each topic, it flagged 21 % at alpha = 0.05 (2,000 draws, 2026-11-29; 8 % with whole topics found at 0.3).
+So by default (``strata: topic``) the test compares dirty with clean rows *within* each declared topic
+(``stats.clusters.TOPIC_KEYS``): the exact conditional test of independence in the 2 x 2 x K tables
+(``stats.tests.stratified_exact_greater``, the exact Cochran-Mantel-Haenszel test), whose null - within a topic, a
+row's being found on the web is unrelated to its being answered correctly - holds in that simulation: 3.2 %
+flagged (exact and discrete, so at most alpha), and 77 % flagged with dirty rows 0.3 more often correct. A topic
+whose rows are all dirty or all clean carries no within-topic evidence: its rows are counted
+(``n_rows_one_sided_topics``) and, when no topic has both, the verdict is inconclusive with the reason. A benchmark
+without declared topics (ARC, Winogrande) is one stratum: Fisher's one-sided exact test, as ``strata: none`` gives
+everywhere (the pooled reading, for comparison with the report's tables). What no stratification removes:
+within a topic, the items found on the web may still be easier ones (shorter, more common); a "contaminated" says
+the dirty rows score higher than clean rows of their own topics, not that training on them caused it - a control
+model's gap would be needed for that.
 
 It applies to multiple-choice benchmarks only (``applies.needs_choices``): the plan skips it elsewhere, with the
 reason.
@@ -57,28 +66,35 @@ from typing import Any
 from contamray.methods.base import Applies, Method, Output, Outputs, Request, Verdict, register
 from contamray.methods.closed.cell_rows import missing, row_failed
 from contamray.records import Record
+from contamray.stats.clusters import topic_key
+from contamray.stats.tests import Stratum, stratified_exact_greater
 
 NAME = "clean_dirty_eval"
 SUBSETS = ("clean", "input_only", "input_and_label")
+STRATA = ("topic", "none")
 
 
 @dataclass(frozen=True)
 class CleanDirtyConfig:
     """Parameters of ``clean_dirty_eval``.
 
-    Worked example: 100 examples, 80 clean with 40 correct (0.50), 20 input-and-label dirty with 16
-    correct (0.80): the difference 0.30 has one-sided Fisher p = 0.012 < 0.05: contaminated.
+    Worked example: 100 examples without declared topics, 80 clean with 40 correct (0.50), 20 input-and-label
+    dirty with 16 correct (0.80): the difference 0.30 has one-sided Fisher p = 0.013 < 0.05: contaminated.
 
     - ``contamination_from``: label of the run's open-data method that splits the partition (required).
     - ``template``: the prompt; ``{input}`` is the question (each option follows after a space).
     - ``chat``: the prompt is a user turn in the model's chat template and each option the assistant's reply (an
       instruct model's format; every engine but an ``api: openai`` / ``openai_chat`` one).
+    - ``strata``: ``topic`` (default) compares dirty and clean rows within each declared topic (MMLU's subject,
+      HellaSwag's activity; one stratum where none is declared); ``none`` pools every row (Fisher's test on one
+      table: confounded by topic, module docstring).
     - ``alpha``: significance level of the one-sided test.
     """
 
     contamination_from: str = ""
     template: str = "Question: {input}\nAnswer:"
     chat: bool = False
+    strata: str = "topic"
     alpha: float = 0.05
 
     def __post_init__(self) -> None:
@@ -91,6 +107,9 @@ class CleanDirtyConfig:
             raise ValueError(
                 f"{NAME}: template={self.template!r} has no {{input}} placeholder for the question"
             )
+        if self.strata not in STRATA:
+            raise ValueError(f"{NAME}: strata={self.strata!r} is not one of {', '.join(STRATA)} "
+                             f"(methods.{NAME}.strata=topic compares within declared topics)")  # fmt: skip
         if not 0.0 < float(self.alpha) < 1.0:
             raise ValueError(f"{NAME}: alpha={self.alpha!r} is invalid; expected a number in (0, 1)")
 
@@ -215,22 +234,40 @@ def fisher(correct_a: int, n_a: int, correct_b: int, n_b: int) -> tuple[float, f
     return float(fisher_exact(table, alternative="greater")[1]), float(fisher_exact(table)[1])
 
 
-def _undecidable(dirty: list[bool], clean: list[bool], cfg: CleanDirtyConfig) -> str:
-    """Why the accuracy comparison cannot decide, or "": a subset is empty, or even the most extreme
-    table with these margins (every correct answer in the dirty subset) would not reach ``alpha``."""
+def strata_tables(dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]]) -> list[Stratum]:
+    """One 2 x 2 table per stratum from (stratum, correct) pairs of each side, strata in sorted order."""
+    keys = sorted({k for k, _ in dirty} | {k for k, _ in clean})
+    return [
+        Stratum(sum(c for k, c in dirty if k == key), sum(k == key for k, _ in dirty),
+                sum(c for k, c in clean if k == key), sum(k == key for k, _ in clean))
+        for key in keys
+    ]  # fmt: skip
+
+
+def _undecidable(dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]], cfg: CleanDirtyConfig) -> str:
+    """Why the accuracy comparison cannot decide, or "": a subset is empty, no stratum holds both subsets, or even
+    the most extreme tables with these margins (every stratum's correct answers in its dirty rows) would not reach
+    ``alpha``."""
     if not dirty or not clean:
         missing = "dirty" if not dirty else "clean"
         return (
             f"no {missing} example to compare with (methods.{cfg.contamination_from} found "
             f"{len(dirty)} dirty and {len(clean)} clean): an accuracy gap needs both; see that method's verdict"
         )
-    correct = sum(dirty) + sum(clean)
-    best = min(correct, len(dirty))
-    floor, _ = fisher(best, len(dirty), correct - best, len(clean))
-    if floor > cfg.alpha:
+    tables = strata_tables(dirty, clean)
+    if not any(t.n_a and t.n_b for t in tables):
         return (
-            f"{len(dirty)} dirty and {len(clean)} clean examples ({correct} correct): even all correct answers in the "
-            f"dirty subset would give Fisher p={floor:.3g} > alpha={cfg.alpha}; score more rows (run.limit)"
+            f"no topic has both dirty and clean rows ({len(tables)} topics, each all dirty or all clean): within "
+            f"topics there is nothing to compare, and across them a gap is the topics' difficulty; score more rows of "
+            f"each topic (run.limit) or pool the topics (methods.{NAME}.strata=none, confounded by topic)"
+        )
+    floor = stratified_exact_greater(tables).detail["min_p"]
+    if floor > cfg.alpha:
+        within = " within topics" if len(tables) > 1 else ""
+        return (
+            f"{len(dirty)} dirty and {len(clean)} clean examples ({sum(c for _, c in dirty + clean)} correct): even "
+            f"all correct answers in the dirty rows{within} would give p={floor:.3g} > alpha={cfg.alpha}; score more "
+            f"rows (run.limit)"
         )
     return ""
 
@@ -260,13 +297,14 @@ class CleanDirtyEval(Method):
         by_key = _outputs(outputs or {})
         rows = []
         for record in records:
-            row: dict[str, Any] = {"record_id": record.id, "partition": record.partition, "error": ""}
+            row: dict[str, Any] = {"record_id": record.id, "partition": record.partition, "error": "",
+                                   "stratum": topic_key(record.meta) if cfg.strata == "topic" else ""}  # fmt: skip
             row.update(answered(record, by_key, "clean-vs-dirty evaluation", chat=cfg.chat))
             rows.append(row)
         return rows
 
     def reduce(self, table: Any, cfg: CleanDirtyConfig) -> Verdict:
-        """Accuracy on clean / input-only / input-and-label / all-dirty subsets and Fisher tests."""
+        """Accuracy on clean / input-only / input-and-label / all-dirty subsets; exact tests within topics."""
         frame = table if hasattr(table, "columns") else None
         rows = frame.to_dict("records") if frame is not None else [dict(r) for r in table]
         if not rows:
@@ -285,16 +323,23 @@ class CleanDirtyEval(Method):
         unsplit = [r for r in ok if r.get("contamination_type") not in SUBSETS]
         unsplit_types = Counter(str(r.get("contamination_type")) for r in unsplit)
         ok = [r for r in ok if r.get("contamination_type") in SUBSETS]
-        groups = {s: [bool(r["correct"]) for r in ok if r["contamination_type"] == s] for s in SUBSETS}
+        stratum = _stratum if cfg.strata == "topic" else (lambda _row: "")
+        groups = {s: [(stratum(r), bool(r["correct"])) for r in ok if r["contamination_type"] == s] for s in SUBSETS}
         groups["dirty"] = groups["input_only"] + groups["input_and_label"]
-        acc = {s: (sum(v) / len(v) if v else float("nan")) for s, v in groups.items()}
+        acc = {s: (sum(c for _, c in v) / len(v) if v else float("nan")) for s, v in groups.items()}
         clean = groups["clean"]
         details: dict[str, Any] = {
             "contamination_from": cfg.contamination_from,
             "alpha": cfg.alpha,
-            "null": "accuracy independent of the dirty flag given the table's margins (Fisher's exact test, rows "
-                    "independent); not adjusted for topic or difficulty: a gap may be what is on the web, not what "
-                    "contamination did (module docstring)",
+            "strata": cfg.strata,
+            "null": (
+                "within each declared topic, a row's dirty flag is unrelated to its being answered correctly (exact "
+                "conditional test over the topics' 2 x 2 tables; one topic: Fisher's exact test); items found on the "
+                "web may still be easier ones within a topic (module docstring)"
+                if cfg.strata == "topic" else
+                "accuracy independent of the dirty flag given the pooled table's margins (Fisher's exact test); not "
+                "adjusted for topic: a gap may be what is on the web, not what contamination did (module docstring)"
+            ),
             "n_unsplit": len(unsplit),  # label_only / frequent_only / template_only (or untyped): in neither subset
             "n_scan_failed": len(unscanned),  # the open-data scan failed on these rows: counted failed
             **{f"n_unsplit_{t}": n for t, n in sorted(unsplit_types.items())},
@@ -304,13 +349,21 @@ class CleanDirtyEval(Method):
         }
         p_value = None
         for s in ("dirty", "input_only", "input_and_label"):
-            if groups[s] and clean:
-                one, two = fisher(sum(groups[s]), len(groups[s]), sum(clean), len(clean))
-                details[f"p_{s}_vs_clean"] = one
-                details[f"p_two_sided_{s}_vs_clean"] = two
+            tables = strata_tables(groups[s], clean)
+            if groups[s] and clean and any(t.n_a and t.n_b for t in tables):
+                test = stratified_exact_greater(tables)
+                details[f"p_{s}_vs_clean"] = test.p_value
                 details[f"difference_{s}_vs_clean"] = acc[s] - acc["clean"]
                 if s == "dirty":
-                    p_value = one
+                    p_value = test.p_value
+                    one_sided = [t for t in tables if not (t.n_a and t.n_b)]
+                    details.update({
+                        "n_strata": len(tables),
+                        "n_strata_compared": len(tables) - len(one_sided),  # topics with dirty and clean rows
+                        "n_rows_one_sided_topics": sum(t.n_a + t.n_b for t in one_sided),  # no within-topic evidence
+                        "dirty_correct_expected": test.detail["expected"],  # under the null, given the margins
+                        "odds_ratio_mh": test.detail["odds_ratio_mh"],
+                    })  # fmt: skip
         statistic = acc["dirty"] - acc["clean"] if groups["dirty"] and clean else float("nan")
         n_dirty = len(groups["dirty"])
         verdict = Verdict(
@@ -328,11 +381,19 @@ class CleanDirtyEval(Method):
             details.setdefault("errors", [f"{r.get('record_id')}: the open-data scan ({cfg.contamination_from}) "
                                           f"failed: {_scan_error(r)}" for r in unscanned[:5]])  # fmt: skip
         reason = _undecidable(groups["dirty"], clean, cfg)
+        within = (f" within {details['n_strata_compared']} of {details['n_strata']} topics"
+                  if details.get("n_strata", 1) > 1 else "")  # fmt: skip
         details["summary"] = reason or (
             f"accuracy dirty {acc['dirty']:.2f} (n={n_dirty}) vs clean {acc['clean']:.2f} (n={len(clean)}), "
-            f"one-sided Fisher p={p_value:.3g}"
+            f"one-sided exact p={p_value:.3g}{within}"
         )
         return verdict.make_inconclusive(reason) if reason else verdict
+
+
+def _stratum(row: Mapping[str, Any]) -> str:
+    """The row's stratum (its declared topic, ``score``'s ``stratum``), "" when none."""
+    value = row.get("stratum")
+    return "" if missing(value) else str(value)
 
 
 def _scan_error(row: Mapping[str, Any]) -> str:
