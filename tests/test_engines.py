@@ -586,6 +586,24 @@ def test_a_reply_is_scored_after_the_user_turn_of_the_chat_template(hf32: HFEngi
     assert close(joined.token_logprobs, hf32.score([QUESTION + " Paris"])[0].token_logprobs)
 
 
+def test_without_a_chat_template_a_reply_follows_the_raw_text_after_a_space(hf32: HFEngine) -> None:
+    """A model without a chat template (a base model) asked in the chat form reads the raw text, and the reply as
+    its continuation after a space - the plain form's " option" -, not glued to it ("Answer:Paris")."""
+    template = hf32.tokenizer.chat_template
+    hf32.tokenizer.chat_template = None
+    try:
+        alone, paris, spaced = hf32.score([QUESTION] * 3, replies=["", "Paris", "\nParis"])
+    finally:
+        hf32.tokenizer.chat_template = template
+    raw = hf32.encode([QUESTION])[0]
+    assert alone.prompt_tokens == paris.prompt_tokens == len(raw)
+    assert paris.token_ids == raw[1:] + hf32.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
+    assert spaced.token_ids == raw[1:] + hf32.tokenizer("\nParis", add_special_tokens=False)["input_ids"]
+    (joined,) = hf32.score([QUESTION + " Paris"])  # the same sequence as the plain form scores
+    assert joined.token_ids == paris.token_ids
+    assert max(abs(a - b) for a, b in zip(joined.token_logprobs, paris.token_logprobs)) < 1e-4
+
+
 def test_answers_carry_the_truncation(short16: HFEngine, hf32: HFEngine) -> None:
     n = hf32.count_tokens([TEXTS[1]])[0]
     requests = [

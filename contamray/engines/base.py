@@ -209,13 +209,24 @@ def scored_ids(
 ) -> tuple[list[list[int]], list[int]]:
     """The ids a local engine's ``score`` reads: each text (``engine.encode``), or with ``replies`` each text as a
     user turn of the chat template (``engine.encode_prompts`` with ``chat``) followed by its reply
-    (``with_replies``); and each sequence's turn length in ids (0 without replies; ``TokenScores.prompt_tokens``):
+    (``with_replies``; without a chat template, the raw text and the reply after a space: ``plain_reply``); and each
+    sequence's turn length in ids (0 without replies; ``TokenScores.prompt_tokens``):
     the turn's ids are the same whatever the reply, so the tokenizer alone says where each reply starts, without
     scoring the turn on its own."""
     if replies is None:
         return engine.encode(texts), [0] * len(texts)
     turns = engine.encode_prompts(texts, chat=True)
+    if not has_chat_template(engine.tokenizer):  # the raw text, then the reply as its continuation after a space
+        replies = [plain_reply(r) for r in replies]
     return with_replies(turns, engine.tokenizer, replies), [len(ids) for ids in turns]
+
+
+def plain_reply(reply: str) -> str:
+    """A reply as the continuation of a raw prompt (a model without a chat template): after one space, as
+    lm-evaluation-harness joins a context and its continuation (``target_delimiter``), unless it starts with
+    whitespace already or is empty. Appended bare, "Answer:" + "Paris" would be scored as "Answer:Paris" - a
+    spelling the model rarely reads, which blurs the options' and the members' likelihoods alike."""
+    return reply if not reply or reply[0].isspace() else f" {reply}"
 
 
 def mark_replies(results: list[TokenScores], turns: Sequence[int]) -> list[TokenScores]:

@@ -18,7 +18,8 @@ Conventions shared with ``VLLMEngine`` (both backends must return the same numbe
   of a prompt is what the continuation depends on. Neither cut is silent: the tokens left out are
   returned (``TokenScores.truncated``, ``Completion.truncated``) and one warning per call counts them.
 - ``generate(..., chat=True)`` wraps each prompt as one user turn in the tokenizer's chat template
-  (``base.encode_prompts``); a tokenizer without one gets the raw text (one warning per engine). A chat
+  (``base.encode_prompts``); a tokenizer without one gets the raw text (one warning per engine; a scored reply
+  follows it after a space, ``base.plain_reply``). A chat
   prompt too long for the context is cut from the left like any other (its template header goes
   first; the user text's end and the assistant prompt stay).
 - ``generate`` returns only the new text, cut before the first stop string (the stop string itself is
@@ -231,7 +232,8 @@ class HFEngine:
     def encode_prompts(self, prompts: Sequence[str], chat: bool = False) -> list[list[int]]:
         """Prompt ids as ``generate`` feeds them (before any cut): with ``chat``, through the chat template."""
         if chat and not has_chat_template(self.tokenizer) and not self._warned_no_template:
-            log.warning("%s: the tokenizer has no chat template; chat requests use the raw text", self.name)
+            log.warning("%s: the tokenizer has no chat template; chat requests use the raw text (a reply after a "
+                        "space)", self.name)  # fmt: skip
             self._warned_no_template = True
         return encode_prompts(self.tokenizer, prompts, chat)
 

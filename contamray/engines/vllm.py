@@ -214,7 +214,8 @@ class VLLMEngine:
     def encode_prompts(self, prompts: Sequence[str], chat: bool = False) -> list[list[int]]:
         """Prompt ids as ``generate`` feeds them (identical to ``HFEngine.encode_prompts``)."""
         if chat and not has_chat_template(self.tokenizer) and not self._warned_no_template:
-            log.warning("%s: the tokenizer has no chat template; chat requests use the raw text", self.name)
+            log.warning("%s: the tokenizer has no chat template; chat requests use the raw text (a reply after a "
+                        "space)", self.name)  # fmt: skip
             self._warned_no_template = True
         return encode_prompts(self.tokenizer, prompts, chat)
 
