@@ -36,9 +36,10 @@ NO_VOCAB_STATS = {
             "top few), never statistics over the whole vocabulary",
 }
 # part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts; 4: long
-# texts windowed over token ids in the engine; 6: n-gram methods set template-only matches apart), so no
-# run reuses a cell computed under older rules
-RESULTS_VERSION = 6
+# texts windowed over token ids in the engine; 6: n-gram methods set template-only matches apart; 7: a chat-form
+# reply on a model without a chat template follows the raw text after a space), so no run reuses a cell computed
+# under older rules
+RESULTS_VERSION = 7
 
 
 class ConfigError(ValueError):
