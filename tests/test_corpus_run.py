@@ -5,7 +5,8 @@ directory of corpus files in which three rows are planted verbatim: one in a cle
 after a broken line, a line of invalid UTF-8 and a row without ``text`` in a second file, and one
 in a gzip file that is cut short after it (a fourth, planted after the cut, is never read). The run
 must finish, name every bad line by path and line number (in its log and in
-``corpus_errors.jsonl``), and find exactly the three readable plants. A second run reuses the
+``corpus_errors.jsonl``), say in its report what the verdicts do not cover, and find exactly the three readable
+plants. A second run reuses the
 finished cell; after one more document is appended to a corpus file (same config, same paths), the
 cell is recomputed and finds the new plant too, scanning that file again and reusing the stored passes
 of the other two (one pass per file here).
@@ -104,6 +105,14 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     ]
     assert f"corpus: skipped {corpus}/b.jsonl:1: not a JSON line" in log
     assert "corpus: 4 bad row(s) skipped, the scan went on with the rest" in log
+    # the report says what the verdicts do not cover: the rows skipped, and the file read only in part (row 3's
+    # plant was after the cut: "clean" for it means "not found in the documents read")
+    report = (out / "report.md").read_text()
+    assert "## Corpus documents not read" in report
+    assert (f"3 corpus row(s) could not be read and were skipped; 1 corpus file(s) were read only in part or not at "
+            f"all ({corpus}/c.jsonl.gz)") in report  # fmt: skip
+    page = (out / "report.html").read_text()
+    assert "Notes" in page and f"({corpus}/c.jsonl.gz)" in page
     examples = pd.read_parquet(out / "examples.parquet")
     found = set(examples.loc[examples["contaminated"].astype(bool), "record_id"])
     assert found == {r[0].id, r[1].id, r[2].id}

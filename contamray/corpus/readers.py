@@ -59,6 +59,15 @@ FORMATS = ("jsonl", "parquet", "text")
 TEXT_MODES = ("file", "line")
 ERROR_MODES = ("skip", "keep", "raise")
 MAX_REPORTS_PER_FILE = 10
+# how a report that loses a whole file, or the rest of one, ends: what ``loses_documents`` reads
+FILE_SKIPPED = "the file is skipped"
+REST_SKIPPED = "the rest of the file is skipped"
+
+
+def loses_documents(error: str) -> bool:
+    """Whether a bad-row report lost a file's documents (the whole file, or from a row on; ``FILE_SKIPPED``,
+    ``REST_SKIPPED``), not one row: how many documents it held is then unknown."""
+    return FILE_SKIPPED in error or REST_SKIPPED in error
 
 _COMPRESSION_SUFFIXES = (".gz", ".gzip", ".bz2", ".zst", ".zstd", ".lz4", ".br", ".snappy")
 _FORMAT_SUFFIXES = {
@@ -466,7 +475,7 @@ def _iter_parquet(source: Any, path: str, opts: ReadOptions, report: _Reporter) 
         parquet = pq.ParquetFile(source)
     except (OSError, ValueError, pa.ArrowException) as err:  # not parquet, truncated footer
         bad = report.bad(
-            path, f"not a readable parquet file ({type(err).__name__}: {err}); the file is skipped"
+            path, f"not a readable parquet file ({type(err).__name__}: {err}); {FILE_SKIPPED}"
         )
         if bad is not None:
             yield bad
@@ -475,8 +484,8 @@ def _iter_parquet(source: Any, path: str, opts: ReadOptions, report: _Reporter) 
     if opts.text_field not in names:
         bad = report.bad(
             path,
-            f"no column {opts.text_field!r} (columns: {', '.join(names[:10])}); set text_field to the "
-            "column holding the document text",
+            f"no column {opts.text_field!r} (columns: {', '.join(names[:10])}); {FILE_SKIPPED}: set text_field to "
+            "the column holding the document text",
         )
         if bad is not None:
             yield bad
@@ -495,8 +504,7 @@ def _iter_parquet(source: Any, path: str, opts: ReadOptions, report: _Reporter) 
         except (OSError, ValueError, pa.ArrowException) as err:  # a corrupt row group
             bad = report.bad(
                 f"{path}:{row_number}",
-                f"unreadable from row {row_number} on ({type(err).__name__}: {err}); "
-                "the rest of the file is skipped",
+                f"unreadable from row {row_number} on ({type(err).__name__}: {err}); {REST_SKIPPED}",
             )
             if bad is not None:
                 yield bad
@@ -525,8 +533,8 @@ _PARSERS: dict[str, Callable[[Any, str, ReadOptions, _Reporter], Iterator[dict[s
 def _iter_file(source: Any, path: str, opts: ReadOptions) -> Iterator[dict[str, str]]:
     report = _Reporter(path, opts.errors)
     if isinstance(source, _Gone):
-        bad = report.bad(path, f"the file was listed when the scan started but is gone now ({source.cause}); it "
-                         "was skipped: restore it and run again (the corpus fingerprint changes, so the "
+        bad = report.bad(path, f"the file was listed when the scan started but is gone now ({source.cause}); "
+                         f"{FILE_SKIPPED} - restore it and run again (the corpus fingerprint changes, so the "
                          "open-data cells are scanned again)")  # fmt: skip
         if bad is not None:
             yield bad
@@ -543,7 +551,7 @@ def _iter_file(source: Any, path: str, opts: ReadOptions) -> Iterator[dict[str, 
         bad = report.bad(
             where,
             f"the file is truncated or corrupt after line {broken.after_line} "
-            f"({type(broken.cause).__name__}: {broken.cause}); the rest of the file is skipped",
+            f"({type(broken.cause).__name__}: {broken.cause}); {REST_SKIPPED}",
         )
         if bad is not None:
             yield bad

@@ -40,6 +40,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from contamray.corpus.readers import FILE_SKIPPED
 from contamray.pipeline.actors import FileMatchWorker, match_output
 from contamray.pipeline.progress import Progress
 
@@ -144,7 +145,8 @@ def _failed(files: list[str], err: Exception) -> dict[str, list[Any]]:
     """One output listing a task's files as failed corpus rows: its actor died on every try."""
     error = (
         f"the match actor died on these files {TASK_RETRIES + 1} times (out of memory? a document too long for "
-        f"ray.corpus_batch_bytes?): {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        f"ray.corpus_batch_bytes?): {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}; "
+        f"{FILE_SKIPPED}"
     )
     log.error("corpus files %s: %s", ", ".join(files), error)
     return match_output([{"where": path, "error": error} for path in files], [])

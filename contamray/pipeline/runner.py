@@ -54,7 +54,7 @@ from contamray.pipeline.injections import Injections
 from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest
 from contamray.pipeline.progress import Progress
-from contamray.pipeline.store import ResultStore
+from contamray.pipeline.store import CORPUS_ERRORS, ResultStore
 from contamray.records import Record
 
 log = logging.getLogger("contamray")
@@ -224,7 +224,6 @@ def _score_closed_model(
 # ---------------------------------------------------------------------------------------------
 # open-data: one streaming pass over the corpus for all cells
 
-CORPUS_ERRORS_FILE = "corpus_errors.jsonl"
 MAX_LOGGED_CORPUS_ERRORS = 20
 
 
@@ -270,7 +269,7 @@ def _score_open(
 def _report_corpus_errors(errors: list[dict[str, str]], output_dir: Path) -> None:
     """Corpus rows the scan skipped, by path and line: logged here (the first few) and all written to
     ``corpus_errors.jsonl`` in the run's output directory."""
-    path = output_dir / CORPUS_ERRORS_FILE
+    path = output_dir / CORPUS_ERRORS
     if not errors:
         path.unlink(missing_ok=True)
         return

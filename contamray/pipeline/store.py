@@ -54,6 +54,7 @@ VERDICT = "verdict.json"
 CHECKSUM_KEY = "examples_sha256"  # in verdict.json: the examples the verdict was reduced from
 SCANS = "scans"  # under the cells root: corpus passes per benchmark index (pipeline/corpus_scan.py)
 PARTITIONS = "partitions.parquet"
+CORPUS_ERRORS = "corpus_errors.jsonl"  # in a run's output dir: the corpus rows its scan could not read
 TIMINGS = "timings.parquet"
 WALL_CLOCK = ("seconds",)  # verdict columns no re-run reproduces: in timings.parquet, not partitions.parquet
 CELL_KEY = ("model", "partition", "method")

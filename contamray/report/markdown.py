@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from contamray.report.runs import corpus_note, details_summary
 from contamray.report.runs import decision_of as _decide
-from contamray.report.runs import details_summary
 
 COLUMNS = (
     "model", "partition", "method", "decision", "p_value", "rate", "statistic", "n_examples", "n_failed", "how",
@@ -24,7 +24,10 @@ COLUMNS = (
 DECISION_TEXT = {"contaminated": "**contaminated**", "inconclusive": "_inconclusive_", "not_applicable": "n/a"}
 
 
-def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "contamray run") -> str:
+def render_report(
+    partitions: pd.DataFrame, config_yaml: str, title: str = "contamray run", corpus: str = ""
+) -> str:
+    """The report's text; ``corpus``: what the corpus scan could not read (``runs.corpus_note``), if anything."""
     lines = [f"# {title}", ""]
     if partitions.empty:
         lines += ["No cells were run.", ""]
@@ -56,6 +59,8 @@ def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "cont
         if errors:
             lines += ["", "## Failed cells", ""]
             lines += [f"- {m} / {p} / {meth}: {e}" for m, p, meth, e in errors]
+        if corpus:
+            lines += ["", "## Corpus documents not read", "", corpus]
         lines.append("")
     lines += ["## Resolved config", "", "```yaml", config_yaml.rstrip(), "```", ""]
     return "\n".join(lines)
@@ -63,7 +68,7 @@ def render_report(partitions: pd.DataFrame, config_yaml: str, title: str = "cont
 
 def write_report(output_dir: str | Path, partitions: pd.DataFrame, config_yaml: str, title: str) -> Path:
     path = Path(output_dir) / "report.md"
-    path.write_text(render_report(partitions, config_yaml, title))
+    path.write_text(render_report(partitions, config_yaml, title, corpus_note(output_dir)))
     return path
 
 

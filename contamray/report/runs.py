@@ -21,7 +21,8 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from contamray.pipeline.store import read_partitions
+from contamray.corpus.readers import loses_documents
+from contamray.pipeline.store import CORPUS_ERRORS, read_partitions
 
 REQUIRED = ("model", "partition", "method", "p_value", "rate", "contaminated")
 OPTIONAL = {
@@ -110,6 +111,37 @@ def expand_run_dirs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]
     return dirs, notes
 
 
+def corpus_note(run_dir: str | Path) -> str:
+    """What a run's corpus scan could not read (its ``corpus_errors.jsonl``), for the report; "" when it read all.
+
+    An open-data "clean" says "not found in the corpus read": rows skipped one by one are counted, and files lost
+    whole or from a row on (``corpus.readers.loses_documents``) are named, as how many documents they held is
+    unknown."""
+    path = Path(run_dir) / CORPUS_ERRORS
+    if not path.is_file():
+        return ""
+    errors = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not errors:
+        return ""
+    lost = sorted({_file_of(str(e.get("where", ""))) for e in errors if loses_documents(str(e.get("error", "")))})
+    rows = len(errors) - sum(loses_documents(str(e.get("error", ""))) for e in errors)
+    parts = [f"{rows} corpus row(s) could not be read and were skipped"] if rows else []
+    if lost:
+        shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        parts.append(f"{len(lost)} corpus file(s) were read only in part or not at all ({shown})")
+    return (
+        "; ".join(parts) + ": the open-data verdicts cover the documents read - a 'clean' there means 'not found in "
+        f"the documents read'. Each is listed in {path}; fix or restore them and run again (the corpus fingerprint "
+        "changes, so the open-data cells are scanned again)."
+    )
+
+
+def _file_of(where: str) -> str:
+    """The file of a bad-row report's place (``<path>:<line>`` or ``<path>``)."""
+    path, _, line = where.rpartition(":")
+    return path if path and line.isdigit() else where
+
+
 def load_runs(run_dirs: Sequence[str | Path]) -> RunSet:
     """Read and merge the ``partitions.parquet`` of each run (or sweep) directory; later runs win a cell."""
     if not run_dirs:
@@ -120,6 +152,9 @@ def load_runs(run_dirs: Sequence[str | Path]) -> RunSet:
         frames.append(_read_partitions(run_dir).assign(run=str(run_dir), _order=order))
     table = pd.concat(frames, ignore_index=True)
     merged_notes = list(notes)
+    for run_dir in dirs:
+        if note := corpus_note(run_dir):
+            merged_notes.append(f"{run_dir}: {note}" if len(dirs) > 1 else note)
     dup = table.duplicated(KEY, keep="last")
     for _, row in table[dup].iterrows():
         winner = table[(table[KEY] == row[KEY]).all(axis=1)].iloc[-1]
