@@ -226,14 +226,6 @@ def _known(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def fisher(correct_a: int, n_a: int, correct_b: int, n_b: int) -> tuple[float, float]:
-    """(one-sided p for accuracy of a > b, two-sided p) of Fisher's exact test."""
-    from scipy.stats import fisher_exact
-
-    table = [[correct_a, n_a - correct_a], [correct_b, n_b - correct_b]]
-    return float(fisher_exact(table, alternative="greater")[1]), float(fisher_exact(table)[1])
-
-
 def strata_tables(dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]]) -> list[Stratum]:
     """One 2 x 2 table per stratum from (stratum, correct) pairs of each side, strata in sorted order."""
     keys = sorted({k for k, _ in dirty} | {k for k, _ in clean})
