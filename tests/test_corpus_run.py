@@ -106,7 +106,7 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     assert f"corpus: skipped {corpus}/b.jsonl:1: not a JSON line" in log
     assert "corpus: 4 bad row(s) skipped, the scan went on with the rest" in log
     # the report says what the verdicts do not cover: the rows skipped, and the file read only in part (row 3's
-    # plant was after the cut: "clean" for it means "not found in the documents read")
+    # plant was after the cut: "clean" for it means "not found in what was read")
     report = (out / "report.md").read_text()
     assert "## Corpus documents not read" in report
     assert (f"3 corpus row(s) could not be read and were skipped; 1 corpus file(s) were read only in part or not at "
@@ -120,11 +120,18 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     # its cost: the index build and the matching, timed in the match workers, shared by its examples
     (verdict,) = read_partitions(out).to_dict("records")
     assert verdict["engine_tokens"] == 0 and verdict["seconds"] > 0
+    details = verdict["details"] if isinstance(verdict["details"], dict) else json.loads(verdict["details"])
+    # the verdict itself says what it does not cover, so a run that reuses the cell says it too
+    assert (details["corpus_rows_skipped"], details["corpus_files_unread"]) == (3, [f"{corpus}/c.jsonl.gz"])
+    assert details["summary"].endswith("; 3 corpus row(s) skipped, 1 file(s) read in part or not at all "
+                                       "(corpus_errors.jsonl)")  # fmt: skip
     assert examples["engine_seconds"].gt(0).all()
     assert examples["engine_seconds"].sum() == pytest.approx(verdict["seconds"])
 
     log = run(out, corpus, mirror_dir)
     assert log.count("reusing finished cell") == 1
+    (reused,) = read_partitions(out).to_dict("records")
+    assert "1 file(s) read in part or not at all" in str(reused["details"])
 
     with (corpus / "a.jsonl").open("ab") as fh:  # same paths, same config: new content
         fh.write(doc("a-2", plant(r[4])))

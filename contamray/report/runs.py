@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from contamray.corpus.readers import loses_documents
+from contamray.corpus.readers import corpus_losses, describe_losses
 from contamray.pipeline.store import CORPUS_ERRORS, read_partitions
 
 REQUIRED = ("model", "partition", "method", "p_value", "rate", "contaminated")
@@ -112,34 +112,17 @@ def expand_run_dirs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]
 
 
 def corpus_note(run_dir: str | Path) -> str:
-    """What a run's corpus scan could not read (its ``corpus_errors.jsonl``), for the report; "" when it read all.
-
-    An open-data "clean" says "not found in the corpus read": rows skipped one by one are counted, and files lost
-    whole or from a row on (``corpus.readers.loses_documents``) are named, as how many documents they held is
-    unknown."""
+    """What a run's corpus scan could not read (its ``corpus_errors.jsonl``), for the report; "" when it read all
+    (``corpus.readers.describe_losses``)."""
     path = Path(run_dir) / CORPUS_ERRORS
     if not path.is_file():
         return ""
     errors = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if not errors:
+    text = describe_losses(*corpus_losses(errors))
+    if not text:
         return ""
-    lost = sorted({_file_of(str(e.get("where", ""))) for e in errors if loses_documents(str(e.get("error", "")))})
-    rows = len(errors) - sum(loses_documents(str(e.get("error", ""))) for e in errors)
-    parts = [f"{rows} corpus row(s) could not be read and were skipped"] if rows else []
-    if lost:
-        shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
-        parts.append(f"{len(lost)} corpus file(s) were read only in part or not at all ({shown})")
-    return (
-        "; ".join(parts) + ": the open-data verdicts cover the documents read - a 'clean' there means 'not found in "
-        f"the documents read'. Each is listed in {path}; fix or restore them and run again (the corpus fingerprint "
-        "changes, so the open-data cells are scanned again)."
-    )
-
-
-def _file_of(where: str) -> str:
-    """The file of a bad-row report's place (``<path>:<line>`` or ``<path>``)."""
-    path, _, line = where.rpartition(":")
-    return path if path and line.isdigit() else where
+    return (f"{text} Each is listed in {path}; fix or restore them and run again (the corpus fingerprint changes, "
+            "so the open-data cells are scanned again).")  # fmt: skip
 
 
 def load_runs(run_dirs: Sequence[str | Path]) -> RunSet:
