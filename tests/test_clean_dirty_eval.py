@@ -200,7 +200,7 @@ def _topic_rows(rng, effect: float = 0.0, topics: int = 10, per_topic: int = 10)
 
 def test_dirty_and_clean_rows_are_compared_within_topics():
     """An easy subject found on the web and a hard one not: the pooled table says "dirty rows score higher"
-    (Fisher p < 0.001) though within each subject dirty and clean rows score alike - what the web holds, not what
+    (Fisher p = 0.033) though within each subject dirty and clean rows score alike - what the web holds, not what
     contamination did. Within topics (the default) it is clean, with the pooled reading still there on request."""
     method = get_method("clean_dirty_eval")
     rows = []
