@@ -351,10 +351,15 @@ class Stratum:
             raise ValueError(f"stratum {self}: counts must satisfy 0 <= correct <= n on each side")
 
     @property
+    def compared(self) -> bool:
+        """Whether both groups have rows here (else the stratum says nothing about a difference between them)."""
+        return self.n_a > 0 and self.n_b > 0
+
+    @property
     def informative(self) -> bool:
         """Whether the stratum's count can vary given its margins (both sides present, not all of one outcome)."""
         correct = self.correct_a + self.correct_b
-        return self.n_a > 0 and self.n_b > 0 and 0 < correct < self.n_a + self.n_b
+        return self.compared and 0 < correct < self.n_a + self.n_b
 
 
 def _hypergeom_pmfs(strata: Sequence[Stratum]) -> tuple[np.ndarray, int]:

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contamray.methods.base import Applies, Method, Output, Outputs, Request, Verdict, register
-from contamray.methods.closed.cell_rows import missing, row_failed
+from contamray.methods.closed.cell_rows import missing, row_failed, truthy
 from contamray.records import Record
 from contamray.stats.clusters import topic_key
 from contamray.stats.tests import Stratum, stratified_exact_greater
@@ -221,11 +221,6 @@ def answered(
     return {"perplexities": ppl, "prediction": prediction, "gold": gold, "correct": prediction == gold}
 
 
-def _known(value: Any) -> bool:
-    """A real True/False (pandas gives NaN where a row has no value)."""
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
 def strata_tables(dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]]) -> list[Stratum]:
     """One 2 x 2 table per stratum from (stratum, correct) pairs of each side, strata in sorted order."""
     keys = sorted({k for k, _ in dirty} | {k for k, _ in clean})
@@ -236,24 +231,25 @@ def strata_tables(dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]]) 
     ]  # fmt: skip
 
 
-def _undecidable(dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]], cfg: CleanDirtyConfig) -> str:
-    """Why the accuracy comparison cannot decide, or "": a subset is empty, no stratum holds both subsets, or even
-    the most extreme tables with these margins (every stratum's correct answers in its dirty rows) would not reach
-    ``alpha``."""
+def _undecidable(
+    dirty: list[tuple[str, bool]], clean: list[tuple[str, bool]], tables: list[Stratum], floor: float,
+    cfg: CleanDirtyConfig,
+) -> str:
+    """Why the accuracy comparison cannot decide, or "": a subset is empty, no stratum of ``tables`` holds both
+    subsets, or even the most extreme tables with these margins (every stratum's correct answers in its dirty rows)
+    would not reach ``alpha`` (``floor``: the p they would give)."""
     if not dirty or not clean:
         missing = "dirty" if not dirty else "clean"
         return (
             f"no {missing} example to compare with (methods.{cfg.contamination_from} found "
             f"{len(dirty)} dirty and {len(clean)} clean): an accuracy gap needs both; see that method's verdict"
         )
-    tables = strata_tables(dirty, clean)
-    if not any(t.n_a and t.n_b for t in tables):
+    if not any(t.compared for t in tables):
         return (
             f"no topic has both dirty and clean rows ({len(tables)} topics, each all dirty or all clean): within "
             f"topics there is nothing to compare, and across them a gap is the topics' difficulty; score more rows of "
             f"each topic (run.limit) or pool the topics (methods.{NAME}.strata=none, confounded by topic)"
         )
-    floor = stratified_exact_greater(tables).detail["min_p"]
     if floor > cfg.alpha:
         within = " within topics" if len(tables) > 1 else ""
         return (
@@ -306,12 +302,12 @@ class CleanDirtyEval(Method):
                 f"{NAME}.reduce: the table has no contamination_type column: the runner must merge the "
                 f"per-example results of methods.{cfg.contamination_from} (contamination_from) on record_id"
             )
-        own = [r for r in rows if not _known(r.get("is_reference")) or not bool(r.get("is_reference"))]
+        own = [r for r in rows if not truthy(r.get("is_reference"))]
         partitions = sorted({str(r.get("partition")) for r in own})
         # a row the open-data scan failed on has no contamination label (the scan reports such rows as not
         # contaminated): it is a failed row here, in neither subset
         unscanned = [r for r in own if not row_failed(r) and _scan_error(r)]
-        ok = [r for r in own if not row_failed(r) and not _scan_error(r) and _known(r.get("correct"))]
+        ok = [r for r in own if not row_failed(r) and not _scan_error(r) and not missing(r.get("correct"))]
         unsplit = [r for r in ok if r.get("contamination_type") not in SUBSETS]
         unsplit_types = Counter(str(r.get("contamination_type")) for r in unsplit)
         ok = [r for r in ok if r.get("contamination_type") in SUBSETS]
@@ -339,19 +335,19 @@ class CleanDirtyEval(Method):
             **{f"accuracy_{s}": a for s, a in acc.items()},
             "accuracy_all": sum(bool(r["correct"]) for r in ok) / len(ok) if ok else float("nan"),
         }
-        p_value = None
-        for s in ("dirty", "input_only", "input_and_label"):
-            tables = strata_tables(groups[s], clean)
-            if groups[s] and clean and any(t.n_a and t.n_b for t in tables):
-                test = stratified_exact_greater(tables)
+        p_value, floor = None, 1.0
+        tables = {s: strata_tables(groups[s], clean) for s in ("dirty", "input_only", "input_and_label")}
+        for s, subset_tables in tables.items():
+            if any(t.compared for t in subset_tables):
+                test = stratified_exact_greater(subset_tables)
                 details[f"p_{s}_vs_clean"] = test.p_value
                 details[f"difference_{s}_vs_clean"] = acc[s] - acc["clean"]
                 if s == "dirty":
-                    p_value = test.p_value
-                    one_sided = [t for t in tables if not (t.n_a and t.n_b)]
+                    p_value, floor = test.p_value, test.detail["min_p"]
+                    one_sided = [t for t in subset_tables if not t.compared]
                     details.update({
-                        "n_strata": len(tables),
-                        "n_strata_compared": len(tables) - len(one_sided),  # topics with dirty and clean rows
+                        "n_strata": len(subset_tables),
+                        "n_strata_compared": len(subset_tables) - len(one_sided),  # topics with dirty and clean rows
                         "n_rows_one_sided_topics": sum(t.n_a + t.n_b for t in one_sided),  # no within-topic evidence
                         "dirty_correct_expected": test.detail["expected"],  # under the null, given the margins
                         "odds_ratio_mh": test.detail["odds_ratio_mh"],
@@ -372,7 +368,7 @@ class CleanDirtyEval(Method):
         if unscanned:
             details.setdefault("errors", [f"{r.get('record_id')}: the open-data scan ({cfg.contamination_from}) "
                                           f"failed: {_scan_error(r)}" for r in unscanned[:5]])  # fmt: skip
-        reason = _undecidable(groups["dirty"], clean, cfg)
+        reason = _undecidable(groups["dirty"], clean, tables["dirty"], floor, cfg)
         within = (f" within {details['n_strata_compared']} of {details['n_strata']} topics"
                   if details.get("n_strata", 1) > 1 else "")  # fmt: skip
         details["summary"] = reason or (
