@@ -434,14 +434,15 @@ def _reduce(
         pending.append((cell, cell_cost(table), ids, reduce_task.remote(mp.method_name, mp.label, mp.params, table)))
     if not pending:
         return
+    losses = corpus_losses(scan_errors or [])  # read once for every open-data cell
     progress = Progress(f"reducing {_models_of(cells)}", len(pending), unit="cells")
     for cell, cost, ids, ref in pending:
         verdict = ray.get(ref)
         progress.update(1)
         verdict = as_filed(plan, cell, verdict)
         verdict.update(cost)
-        if cell.family == "open" and scan_errors:
-            verdict = with_corpus_losses(verdict, scan_errors)
+        if cell.family == "open":
+            verdict = with_corpus_losses(verdict, *losses)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, ids)  # the cell's own rows: was the model trained on any?
             if truth is not None:
@@ -461,11 +462,10 @@ def _reduce(
     progress.close()
 
 
-def with_corpus_losses(verdict: dict[str, Any], scan_errors: list[dict[str, str]]) -> dict[str, Any]:
-    """An open-data verdict with what the corpus scan could not read (``corpus.readers.corpus_losses``) in its
-    ``details`` (``corpus_rows_skipped``, ``corpus_files_unread``) and summary: its "clean" means "not found in what
-    was read"."""
-    rows, files = corpus_losses(scan_errors)
+def with_corpus_losses(verdict: dict[str, Any], rows: int, files: list[str]) -> dict[str, Any]:
+    """An open-data verdict with what the corpus scan could not read (``corpus.readers.corpus_losses``: ``rows``
+    skipped, ``files`` lost whole or in part) in its ``details`` (``corpus_rows_skipped``, ``corpus_files_unread``) and
+    summary: its "clean" means "not found in what was read"."""
     if not rows and not files:
         return verdict
     details = dict(verdict.get("details") or {})
