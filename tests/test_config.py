@@ -100,6 +100,8 @@ def test_open_cell_hash_follows_the_corpus_content_closed_cells_do_not():
         ("+models.smollm2_135m.resources={trainer:0}", "models.smollm2_135m.resources.trainer"),
         ("+models.smollm2_135m.resources={GPU:1}", "models.smollm2_135m.resources.GPU"),
         ("+models.smollm2_135m.resources=4", "models.smollm2_135m.resources"),
+        ("corpus.max_unread=1.5", "corpus.max_unread: 1.5 is not a share between 0 and 1"),
+        ("corpus.max_unread=all", "corpus.max_unread: 'all' is not a share"),
     ],
 )
 def test_bad_values_fail_in_the_plan_naming_the_key(override, named):

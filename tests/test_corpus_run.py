@@ -4,10 +4,11 @@ The entry point (``python -m contamray.run``) runs 13-gram overlap for 12 GSM8K 
 directory of corpus files in which three rows are planted verbatim: one in a clean jsonl file, one
 after a broken line, a line of invalid UTF-8 and a row without ``text`` in a second file, and one
 in a gzip file that is cut short after it (a fourth, planted after the cut, is never read). The run
-must finish, name every bad line by path and line number (in its log and in
-``corpus_errors.jsonl``), say in its report what the verdicts do not cover, and find exactly the three readable
-plants. A second run reuses the
-finished cell; after one more document is appended to a corpus file (same config, same paths), the
+must finish, name every bad line by path and line number (in its log and in ``corpus_errors.jsonl``), say in
+its report what the verdicts do not cover, and find exactly the three readable plants; its verdict says what it
+does not cover, up to which share of the corpus' bytes. A second run that finds the cell scored but not reduced
+says it too, and a "clean" (a partition threshold above the rate found) over a corpus so much of which may be
+unread is inconclusive. After one more document is appended to a corpus file (same config, same paths), the
 cell is recomputed and finds the new plant too, scanning that file again and reusing the stored passes
 of the other two (one pass per file here).
 """
@@ -122,16 +123,33 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
     assert verdict["engine_tokens"] == 0 and verdict["seconds"] > 0
     details = verdict["details"] if isinstance(verdict["details"], dict) else json.loads(verdict["details"])
     # the verdict itself says what it does not cover, so a run that reuses the cell says it too
+    sizes = {name: (corpus / name).stat().st_size for name in ("a.jsonl", "b.jsonl", "c.jsonl.gz")}
+    share = sizes["c.jsonl.gz"] / sum(sizes.values())  # the cut file counts whole: an upper bound
     assert (details["corpus_rows_skipped"], details["corpus_files_unread"]) == (3, [f"{corpus}/c.jsonl.gz"])
-    assert details["summary"].endswith("; 3 corpus row(s) skipped, 1 file(s) read in part or not at all "
-                                       "(corpus_errors.jsonl)")  # fmt: skip
+    assert (details["corpus_unread_bytes"], details["corpus_bytes"]) == (sizes["c.jsonl.gz"], sum(sizes.values()))
+    assert details["corpus_unread_share"] == pytest.approx(share) and share > 0.05
+    assert details["summary"].endswith(f"; 3 corpus row(s) skipped, 1 file(s) read in part or not at all (up to "
+                                       f"{100 * share:.3g} % of the corpus' bytes) (corpus_errors.jsonl)")  # fmt: skip
+    assert verdict["decision"] == "contaminated"  # found is found, whatever was not read
     assert examples["engine_seconds"].gt(0).all()
     assert examples["engine_seconds"].sum() == pytest.approx(verdict["seconds"])
 
+    # a run that finds the cell scored but not reduced (an interrupted run) scans nothing, and its verdict says
+    # what the scan that scored the cell lost (stored beside the examples)
+    (stored,) = (out / "cells").glob("*/verdict.json")
+    stored.unlink()
     log = run(out, corpus, mirror_dir)
-    assert log.count("reusing finished cell") == 1
+    assert "reusing scored cell" in log and "corpus pass" not in log
     (reused,) = read_partitions(out).to_dict("records")
-    assert "1 file(s) read in part or not at all" in str(reused["details"])
+    assert "1 file(s) read in part or not at all (up to" in str(reused["details"])
+
+    # a "clean" over a corpus a third of which may not have been read cannot stand: inconclusive, naming the key
+    clean = tmp_path / "clean"
+    run(clean, corpus, mirror_dir, "+methods.ngram13.partition_threshold=0.5")  # 3 of 12 found: below it
+    (undecided,) = read_partitions(clean).to_dict("records")
+    assert undecided["decision"] == "inconclusive" and not undecided["contaminated"], undecided
+    assert f"up to {100 * share:.3g} % of the corpus' bytes, more than corpus.max_unread = 0.05" in undecided["reason"]
+    assert "_inconclusive_" in (clean / "report.md").read_text()
 
     with (corpus / "a.jsonl").open("ab") as fh:  # same paths, same config: new content
         fh.write(doc("a-2", plant(r[4])))

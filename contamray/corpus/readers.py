@@ -43,7 +43,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,32 +69,6 @@ def loses_documents(error: str) -> bool:
     ``REST_SKIPPED``), not one row: how many documents it held is then unknown."""
     return FILE_SKIPPED in error or REST_SKIPPED in error
 
-
-def corpus_losses(errors: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]]:
-    """What a scan's bad-row reports (``{"where", "error"}``) lost: the rows skipped one by one, and the files lost
-    whole or from a row on (``loses_documents``), sorted."""
-    lost = sorted({_file_of(str(e.get("where", ""))) for e in errors if loses_documents(str(e.get("error", "")))})
-    rows = sum(not loses_documents(str(e.get("error", ""))) for e in errors)
-    return rows, lost
-
-
-def describe_losses(rows: int, files: Sequence[str]) -> str:
-    """``corpus_losses`` in a sentence for a report or a verdict ("" when nothing was lost): an open-data "clean"
-    then means "not found in the documents read"."""
-    parts = [f"{rows} corpus row(s) could not be read and were skipped"] if rows else []
-    if files:
-        shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
-        parts.append(f"{len(files)} corpus file(s) were read only in part or not at all ({shown})")
-    if not parts:
-        return ""
-    covered = "the open-data verdicts cover the documents read - a 'clean' there means 'not found in what was read'"
-    return "; ".join(parts) + f": {covered}."
-
-
-def _file_of(where: str) -> str:
-    """The file of a bad-row report's place (``<path>:<line>`` or ``<path>``)."""
-    path, _, line = where.rpartition(":")
-    return path if path and line.isdigit() else where
 
 _COMPRESSION_SUFFIXES = (".gz", ".gzip", ".bz2", ".zst", ".zstd", ".lz4", ".br", ".snappy")
 _FORMAT_SUFFIXES = {

@@ -94,11 +94,13 @@ class ScanCell:
 @dataclass
 class ScanResult:
     """What the scan gives the scoring step: folded match rows and seconds of matching per cell key, the
-    corpus rows the readers could not use, and the passes scanned / reused."""
+    corpus rows the readers could not use and the listed files' sizes (``corpus.coverage``), and the passes
+    scanned / reused."""
 
     matches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     errors: list[dict[str, str]] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)  # bytes of each listed file (0: unknown), by path
     scanned: int = 0
     reused: int = 0
     # where the scanned passes were matched: per Ray node id, the match actors that ran batches there
@@ -159,6 +161,7 @@ def scan_corpus(
     result = ScanResult()
     folds: dict[str, _Folding] = defaultdict(_Folding)
     total_bytes = sum(s.size for s in passes)
+    result.sizes = {path: size for s in passes for path, size in zip(s.paths, s.sizes, strict=True)}
     with Progress("corpus scan", len(passes), unit="passes") as progress:
         for number, shard in enumerate(passes, 1):
             stored = {

@@ -140,6 +140,14 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
     @property
+    def max_unread(self) -> float:
+        """``corpus.max_unread``: the most of the corpus' bytes a scan may leave unread before an open-data "clean"
+        becomes inconclusive (``corpus.coverage``)."""
+        from contamray.corpus.coverage import DEFAULT_MAX_UNREAD, check_max_unread
+
+        return check_max_unread(self.corpus.get("max_unread", DEFAULT_MAX_UNREAD))
+
+    @property
     def corpus_label(self) -> str:
         return f"corpus:{self.corpus.get('kind', 'none')}"
 
@@ -301,6 +309,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             f"corpus: methods {', '.join(m.label for m in plan.open_methods())} scan a corpus but "
             "corpus.kind is none; choose corpus=files corpus.paths=[...] or corpus=planted"
         )
+    try:
+        plan.max_unread  # noqa: B018 - checked here, before any work
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _check_roles_and_dependencies(plan)
     _check_injections(plan)
     _check_context(plan)

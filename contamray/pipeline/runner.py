@@ -34,8 +34,8 @@ import pandas as pd
 import ray
 
 from contamray.artifacts import artifacts_root
+from contamray.corpus.coverage import CorpusCoverage, coverage_of, with_coverage
 from contamray.corpus.fingerprint import corpus_fingerprint
-from contamray.corpus.readers import corpus_losses
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import NOT_APPLICABLE
 from contamray.pipeline.actors import ScoreWorker, json_default
@@ -109,18 +109,15 @@ def execute(
         if cell not in to_score:
             log.info("reusing scored cell %s (its examples are stored; reducing it)", cell.key)
     injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], artifacts)
-    scan_errors: list[dict[str, str]] | None = None  # the corpus scan's bad-row reports, when it ran
     if to_score:
         closed = [c for c in to_score if c.family == "closed"]
         opened = [c for c in to_score if c.family == "open"]
         with EnginePools(plan.ray, plan.serve) as engines:  # each model loads once for the whole run
             if opened:  # first: closed cells may depend on open ones, never the other way round
-                scan_errors = _score_open(
-                    plan, opened, records, failures, store, Path(output_dir), engines, injections, artifacts
-                )
+                _score_open(plan, opened, records, failures, store, Path(output_dir), engines, injections, artifacts)
             if closed:
                 _score_closed(plan, closed, records, failures, store, injections, engines)
-    _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections, scan_errors)
+    _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
     frames, verdicts = [], []
     for cell in plan.cells:
         examples, verdict = store.load(cell, hashes[cell])
@@ -241,14 +238,18 @@ def _score_open(
     engines: EnginePools,
     injections: Injections,
     artifacts: str | None = None,
-) -> list[dict[str, str]]:
-    """Scan the corpus for the open-data ``cells`` and store their scored rows; the scan's bad-row reports."""
+) -> None:
+    """Scan the corpus for the open-data ``cells`` and store their scored rows, each with what the scan could not
+    read (``corpus.coverage``: stored before the rows, so whichever run reduces the cell says it)."""
     from contamray.corpus.planted import prepare_corpus
 
     corpus = prepare_corpus(plan, records, output_dir, artifacts)
     scanned = scan_corpus(plan, cells, records, corpus, store)
     matches = scanned.matches
     _report_corpus_errors(scanned.errors, output_dir)
+    coverage = coverage_of(scanned.errors, scanned.sizes).to_json()
+    for cell in cells:
+        store.put_coverage(plan.cell_hash(cell), coverage)
     costs = EngineCosts()
     for cell in cells:
         costs.add_shared(cell.key, [r.id for r in records[cell.benchmark]], scanned.seconds.get(cell.key, 0.0))
@@ -269,7 +270,6 @@ def _score_open(
                 payload["outputs"] = [o.to_row() for o in judged[cell.key]]
             payloads.append((cell, payload))
     _score_cells(plan, cells, payloads, records, failures, store, {}, costs=costs)
-    return scanned.errors
 
 
 def _report_corpus_errors(errors: list[dict[str, str]], output_dir: Path) -> None:
@@ -419,11 +419,10 @@ def _reduce(
     cells: list[Cell],
     store: ResultStore,
     injections: Injections | None = None,
-    scan_errors: list[dict[str, str]] | None = None,
 ) -> None:
-    """Reduce ``cells`` to verdicts and store them. ``scan_errors``: the corpus scan's bad-row reports when it ran;
-    an open-data verdict then says what it does not cover (``with_corpus_losses``), and keeps saying it when its
-    cell is reused."""
+    """Reduce ``cells`` to verdicts and store them. An open-data verdict says what the corpus scan that scored it
+    could not read, undecided when that may hold its rows (``corpus.coverage.with_coverage``), and keeps saying it
+    when its cell is reused."""
     pending = []
     reduce_task = ray.remote(num_cpus=1)(reduce_verdict).options(**cpu_work_options())
     for cell in cells:
@@ -434,7 +433,6 @@ def _reduce(
         pending.append((cell, cell_cost(table), ids, reduce_task.remote(mp.method_name, mp.label, mp.params, table)))
     if not pending:
         return
-    losses = corpus_losses(scan_errors or [])  # read once for every open-data cell
     progress = Progress(f"reducing {_models_of(cells)}", len(pending), unit="cells")
     for cell, cost, ids, ref in pending:
         verdict = ray.get(ref)
@@ -442,7 +440,9 @@ def _reduce(
         verdict = as_filed(plan, cell, verdict)
         verdict.update(cost)
         if cell.family == "open":
-            verdict = with_corpus_losses(verdict, *losses)
+            stored = store.get_coverage(plan.cell_hash(cell))
+            coverage = CorpusCoverage.from_json(stored) if stored is not None else None
+            verdict = with_coverage(verdict, coverage, plan.max_unread)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, ids)  # the cell's own rows: was the model trained on any?
             if truth is not None:
@@ -460,21 +460,6 @@ def _reduce(
             f" ({verdict['reason']})" if verdict.get("reason") else "",
         )
     progress.close()
-
-
-def with_corpus_losses(verdict: dict[str, Any], rows: int, files: list[str]) -> dict[str, Any]:
-    """An open-data verdict with what the corpus scan could not read (``corpus.readers.corpus_losses``: ``rows``
-    skipped, ``files`` lost whole or in part) in its ``details`` (``corpus_rows_skipped``, ``corpus_files_unread``) and
-    summary: its "clean" means "not found in what was read"."""
-    if not rows and not files:
-        return verdict
-    details = dict(verdict.get("details") or {})
-    details.update(corpus_rows_skipped=rows, corpus_files_unread=files[:20], n_corpus_files_unread=len(files))
-    lost = ", ".join(p for p in (f"{rows} corpus row(s) skipped" if rows else "",
-                                 f"{len(files)} file(s) read in part or not at all" if files else "") if p)  # fmt: skip
-    summary = str(details.get("summary") or "")
-    details["summary"] = f"{summary}; {lost} ({CORPUS_ERRORS})" if summary else f"{lost} ({CORPUS_ERRORS})"
-    return {**verdict, "details": details}
 
 
 def as_filed(plan: Plan, cell: Cell, verdict: dict[str, Any]) -> dict[str, Any]:

@@ -54,6 +54,7 @@ VERDICT = "verdict.json"
 CHECKSUM_KEY = "examples_sha256"  # in verdict.json: the examples the verdict was reduced from
 SCANS = "scans"  # under the cells root: corpus passes per benchmark index (pipeline/corpus_scan.py)
 PARTITIONS = "partitions.parquet"
+COVERAGE = "corpus_coverage.json"  # in an open-data cell's folder: what the scan that scored it could not read
 CORPUS_ERRORS = "corpus_errors.jsonl"  # in a run's output dir: the corpus rows its scan could not read
 TIMINGS = "timings.parquet"
 WALL_CLOCK = ("seconds",)  # verdict columns no re-run reproduces: in timings.parquet, not partitions.parquet
@@ -227,6 +228,24 @@ class ResultStore:
         """Store a scored and reduced cell at once."""
         self.put_examples(cell, cell_hash, examples)
         self.put_verdict(cell, cell_hash, verdict)
+
+    def put_coverage(self, cell_hash: str, coverage: dict[str, Any]) -> None:
+        """What the corpus scan that scores an open-data cell could not read (``corpus.coverage``), stored before
+        the cell's examples, so whichever run reduces the cell says it."""
+        self._write_atomic(self.cells_fs, self._cell(cell_hash, COVERAGE), json.dumps(coverage).encode())
+
+    def get_coverage(self, cell_hash: str) -> dict[str, Any] | None:
+        """The stored coverage of an open-data cell, or None (a cell scored before coverage was stored)."""
+        path = self._cell(cell_hash, COVERAGE)
+        if not self.cells_fs.exists(path):
+            return None
+        try:
+            with self.cells_fs.open(path, "rb") as fh:
+                return json.loads(fh.read())
+        except (OSError, ValueError) as err:
+            log.warning("cell %s: %s is unreadable (%s); its verdict does not say what the corpus scan lost",
+                        cell_hash, COVERAGE, err)  # fmt: skip
+            return None
 
     def load_examples(self, cell_hash: str) -> pd.DataFrame:
         with self.cells_fs.open(self._cell(cell_hash, EXAMPLES), "rb") as fh:

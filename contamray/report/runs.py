@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from contamray.corpus.readers import corpus_losses, describe_losses
+from contamray.corpus.coverage import corpus_losses, describe_losses
 from contamray.pipeline.store import CORPUS_ERRORS, read_partitions
 
 REQUIRED = ("model", "partition", "method", "p_value", "rate", "contaminated")
@@ -113,7 +113,7 @@ def expand_run_dirs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]
 
 def corpus_note(run_dir: str | Path) -> str:
     """What a run's corpus scan could not read (its ``corpus_errors.jsonl``), for the report; "" when it read all
-    (``corpus.readers.describe_losses``)."""
+    (``corpus.coverage.describe_losses``)."""
     path = Path(run_dir) / CORPUS_ERRORS
     if not path.is_file():
         return ""
