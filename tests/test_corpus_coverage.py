@@ -61,6 +61,9 @@ def test_found_is_found_and_rows_skipped_alone_never_decide():
     assert rows_only["decision"] == "clean" and rows_only["details"]["corpus_rows_skipped"] == 2
     unknown = with_coverage(verdict("clean"), coverage_of(ERRORS[3:], {}), 1.0)
     assert unknown["decision"] == "inconclusive" and "a share of unknown size" in unknown["reason"]
+    # a closed-data verdict whose rows the scan labelled (clean-vs-dirty): the losses are stated, not decided on
+    stated = with_coverage(verdict("clean"), lost, None)
+    assert stated["decision"] == "clean" and stated["details"]["corpus_unread_share"] == 0.4
     untouched = verdict("clean")
     assert with_coverage(untouched, coverage_of([], SIZES), 0.0) is untouched  # nothing lost: nothing added
     assert with_coverage(untouched, None, 0.0) is untouched  # a cell stored before coverage was

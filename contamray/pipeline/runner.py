@@ -439,10 +439,7 @@ def _reduce(
         progress.update(1)
         verdict = as_filed(plan, cell, verdict)
         verdict.update(cost)
-        if cell.family == "open":
-            stored = store.get_coverage(plan.cell_hash(cell))
-            coverage = CorpusCoverage.from_json(stored) if stored is not None else None
-            verdict = with_coverage(verdict, coverage, plan.max_unread)
+        verdict = _with_scan_coverage(plan, cell, verdict, store)
         if injections is not None and cell.family == "closed":
             truth = injections.truth(cell.model, ids)  # the cell's own rows: was the model trained on any?
             if truth is not None:
@@ -460,6 +457,21 @@ def _reduce(
             f" ({verdict['reason']})" if verdict.get("reason") else "",
         )
     progress.close()
+
+
+def _with_scan_coverage(plan: Plan, cell: Cell, verdict: dict[str, Any], store: ResultStore) -> dict[str, Any]:
+    """``verdict`` with what the corpus scan behind it could not read (``corpus.coverage``): an open-data cell's own
+    scan, deciding; the scan that labelled a closed-data cell's rows (``Method.contamination_source``), stated."""
+    if cell.family == "open":
+        source, max_unread = cell, plan.max_unread
+    else:
+        mp = plan.methods[cell.method]
+        label = mp.method.contamination_source(mp.config())
+        if not label:
+            return verdict
+        source, max_unread = Cell(plan.corpus_label, cell.benchmark, label, "open"), None
+    stored = store.get_coverage(plan.cell_hash(source))
+    return with_coverage(verdict, CorpusCoverage.from_json(stored) if stored is not None else None, max_unread)
 
 
 def as_filed(plan: Plan, cell: Cell, verdict: dict[str, Any]) -> dict[str, Any]:
