@@ -627,6 +627,11 @@ def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
     rows = [dict(r, score=r["score_chat"]) for r in learned + reference]
     alone = method.settle(method.reduce(pd.DataFrame(rows), chat_only), chat_only)
     assert alone.decision == "contaminated" and alone.details["summary"].startswith("min_k (chat form): 12 rows")
+    # against another benchmark (mode: distribution) both forms' verdict is labelled as such, as one form's is
+    shift = method.make_config({"reference": "heldout", "units": "rows", "chat": "both", "mode": "distribution"})
+    other = [dict(r, partition=OTHER) for r in reference]
+    compared = method.settle(method.reduce(pd.DataFrame(learned + other), shift), shift)
+    assert "distribution comparison: a difference may be benchmark shift" in compared.details["summary"]
 
 
 @pytest.mark.slow

@@ -15,11 +15,13 @@ epochs among 90 other instructions), against rows 200-259 (8 vs 8 blocks of cons
 harness's prompt, options as continuations) gave accuracy 0.35 vs 0.25, p = 0.22, and ``chat: true`` with that
 prompt 0.25 vs 0.17, p = 0.32 - missed; ``chat: true`` with ``template: "{input}\n{choices}"`` and ``answer:
 letter_option`` (the model's own format, no instruction) 0.57 vs 0.30, p = 7.8e-5 (the accuracy test p = 0.0022):
-contaminated, while rows 300-359 against 400-459 stayed clean (0.17 vs 0.27, p = 0.98). Min-K% flagged that model
-(p = 0.0035), the other membership scores did not. When the training format is not known, ``chat: both`` asks the
-raw and the chat form and decides by the Bonferroni of the two (``prompt_forms``): on the embedded model fine-tuned
-on 16 ARC rows written as conversations in its chat template (``tests/test_heldout_accuracy.py``), the raw form
-missed them (p = 0.17) and the chat form found them (p = 2.2e-5; combined 4.3e-5), an unseen pair staying clean.
+contaminated, while rows 300-359 against 400-459 stayed clean (0.17 vs 0.27, p = 0.98). Min-K% flagged that model (p =
+0.0035), the other membership scores did not. When the training format is not known - a run's default
+(``conf/method/heldout_accuracy.yaml``; this Config's own default, for a caller of the library, is the harness's raw
+prompt) -, ``chat: both`` asks the raw and the chat form and decides by the Bonferroni of the two (``prompt_forms``):
+on the embedded model fine-tuned on 16 ARC rows written as conversations in its chat template
+(``tests/test_heldout_accuracy.py``), the raw form missed them (p = 0.17) and the chat form found them (p = 2.2e-5;
+combined 4.3e-5), an unseen pair staying clean.
 
 Per example, as lm-evaluation-harness scores multiple choice (and ``clean_dirty_eval``): each option is scored as a
 continuation of the prompt (``template``, default ``"Question: {input}\\nAnswer:"``, the option after a space); its
@@ -75,7 +77,7 @@ class HeldoutAccuracyConfig(HeldoutConfig):
     template: str = "Question: {input}\nAnswer:"
     answer: str = "option"
     separator: str | None = None
-    chat: bool | str = False
+    chat: bool | str = False  # a run's default is both (conf/method/heldout_accuracy.yaml)
     method_name: ClassVar[str] = NAME
 
     def __post_init__(self) -> None:

@@ -292,6 +292,8 @@ class HeldoutTest(Method):
         else:  # the method tests several columns at once (e.g. CDD's two prompt forms)
             p_value, statistic, reason, summary = combined
             decision = decision_at(p_value, cfg.alpha, reason)
+            if cfg.mode != "heldout":  # labelled as what it is, as the single column's summary is
+                summary = f"{summary} ({SHIFT_CAVEAT})"
             details.update(p_value=p_value, summary=f"{summary} -> {decision}" + (" (see reason)" if reason else ""))
         verdict = Verdict(
             method=self.name,

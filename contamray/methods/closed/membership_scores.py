@@ -30,15 +30,16 @@ The text of an example is its configured ``fields`` (``likelihood_text``). A tex
 ``context_len`` tokens is scored by the engine in rolling windows over its token ids, like the sharded
 test (``likelihood_windows``: one request, ``Output.n_windows``), so no token is cut off.
 
-Prompt forms (``chat``, not in the papers, which score raw text): ``chat: false`` (the default) scores the
-serialised ``fields``. ``chat: true`` writes the example as a conversation - its input the user's turn in the
-model's chat template (with the assistant's generation prompt), its label the assistant's reply, as supervised
-fine-tuning data and an injected row of ``format: chat`` are written - and scores the reply's tokens only (one
-request for the conversation; the engine says where the reply starts, ``Output.prompt_tokens``, from the tokenizer:
-the user's turn is not scored on its own; the zlib ratio compresses the reply). ``chat: both`` scores both forms and
-decides by the Bonferroni combination of their held-out tests (``prompt_forms``; columns of the chat form end in
-``_chat``). Why: a chat model tuned with the loss on its replies only learns the answers given the rendered question,
-not the raw text. Measured by hand (2026-11-29,
+Prompt forms (``chat``, not in the papers, which score raw text): ``chat: false`` (the papers' form, this Config's
+default for a caller of the library) scores the serialised ``fields``; a run's default (``conf/method/*.yaml``) is
+``both``, since an audit does not know the format a model was trained in. ``chat: true`` writes the example as a
+conversation - its input the user's turn in the model's chat template (with the assistant's generation prompt), its
+label the assistant's reply, as supervised fine-tuning data and an injected row of ``format: chat`` are written - and
+scores the reply's tokens only (one request for the conversation; the engine says where the reply starts,
+``Output.prompt_tokens``, from the tokenizer: the user's turn is not scored on its own; the zlib ratio compresses the
+reply). ``chat: both`` scores both forms and decides by the Bonferroni combination of their held-out tests
+(``prompt_forms``; columns of the chat form end in ``_chat``). Why: a chat model tuned with the loss on its replies
+only learns the answers given the rendered question, not the raw text. Measured by hand (2026-11-29,
 the embedded model, 16 ARC-Challenge and 16 GSM8K rows as conversations, 3 epochs at lr 3e-4, rows 16-31 the
 held-out, Mann-Whitney p): loss on the replies only - ARC raw form Min-K% p = 0.17, Min-K%++ 0.87, perplexity 0.037;
 chat form 7.7e-7 for all three (the smallest p of 16 against 16); GSM8K (long solutions) raw 4.9e-4 / 3.0e-5 /
@@ -103,7 +104,8 @@ class MembershipConfig(HeldoutConfig):
     format: str = "text"
     context_len: int = 2048
     stride: int = 1024
-    chat: bool | str = False  # true: the example as a conversation (input: user, label: assistant); both: both forms
+    # true: the example as a conversation (input: user, label: assistant); both: both forms (a run's default, YAML)
+    chat: bool | str = False
 
     def __post_init__(self) -> None:
         where = f"methods.{self.method_name}"
