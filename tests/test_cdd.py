@@ -187,7 +187,7 @@ def test_both_forms_are_asked_and_scored_with_the_raw_forms_keys_unchanged() -> 
     assert "no engine answer for 'r0|chat/greedy'" in missing["error"]
 
 
-def test_both_forms_are_decided_by_their_bonferroni_combination() -> None:
+def test_both_forms_are_decided_by_their_joint_test() -> None:
     method = get_method("cdd")
     both, raw_only = method.make_config({"reference": "x", "chat": "both"}), method.make_config({"reference": "x"})
     rising = [0.6 + 0.001 * i for i in range(12)]
@@ -197,12 +197,15 @@ def test_both_forms_are_decided_by_their_bonferroni_combination() -> None:
     chat_alone = decide(method, method.make_config({"reference": "x", "chat": True}),
                         [{**r, "peakedness": r["peakedness_chat"]} for r in seen],
                         [{**r, "peakedness": r["peakedness_chat"]} for r in unseen])  # fmt: skip
-    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(2 * chat_alone.p_value)
-    assert "Bonferroni" in verdict.details["summary"] and verdict.details["leaked_share_chat"] == 1.0
+    # the joint test over the same units: at least the chat form's own p, at most Bonferroni's twice it
+    assert verdict.decision == "contaminated" and verdict.p_value <= 2 * chat_alone.p_value * (1 + 1e-6)
+    assert verdict.p_value >= chat_alone.p_value * (1 - 1e-6)
+    assert "joint test of the 2 prompt forms" in verdict.details["summary"]
+    assert verdict.details["leaked_share_chat"] == 1.0
     assert decide(method, raw_only, seen, unseen).decision == "inconclusive"  # the raw form alone cannot tell
     # neither form can tell: inconclusive, with each form's reason
     flat = decide(method, both, _both_rows([1.0] * 12, [0.0] * 12, PARTITION), unseen)
-    assert flat.decision == "inconclusive" and flat.reason.startswith("both prompt forms: ") and "0.025" in flat.reason
+    assert flat.decision == "inconclusive" and flat.reason.startswith("both prompt forms: ") and "0.05" in flat.reason
     few = decide(method, both, _both_rows([1.0] * 3 + [0.5] * 9, rising, PARTITION),
                  _both_rows([1.0] * 12, [0.0] * 12, REFERENCE)[:9])  # fmt: skip
     assert few.decision == "inconclusive" and ">= 10 a side" in few.reason
@@ -212,11 +215,11 @@ def test_both_forms_are_decided_by_their_bonferroni_combination() -> None:
     alone_side = decide(method, both, seen)  # no reference rows: said once, no p-value
     assert alone_side.decision == "inconclusive" and alone_side.p_value is None
     assert alone_side.reason.startswith("both prompt forms: no reference rows")
-    # a model without a chat template scores both forms alike: still the factor 2 (the level never rests on what
-    # the outputs look like), and the summary says chat: false would make the same test
+    # a model without a chat template scores both forms alike: the joint test of two equal forms is the one test (no
+    # factor 2 to pay), and the summary says chat: false would make the same test with half the work
     alike = _both_rows(rising, rising, PARTITION), _both_rows([0.0] * 12, [0.0] * 12, REFERENCE)
     same, alone = decide(method, both, *alike), decide(method, raw_only, *alike)
-    assert same.decision == "contaminated" and same.p_value == pytest.approx(2 * alone.p_value)
+    assert same.decision == "contaminated" and same.p_value == pytest.approx(alone.p_value, rel=1e-6)
     assert "chat: false makes the same test" in same.details["summary"]
     assert "scored alike" not in verdict.details["summary"]
 

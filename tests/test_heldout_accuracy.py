@@ -93,7 +93,7 @@ def test_a_partition_answered_surer_than_its_heldout_is_flagged_and_one_answered
             rows.append(row)
         return rows
 
-    guessing = [(-1) ** i * 0.05 * (i % 7) for i in range(30)]
+    guessing = [(-1) ** i * 0.05 * (i % 7) + 1e-4 * i for i in range(30)]  # margins: distinct, as real ones are
     seen = side("b/test:rows", [1.3 + 0.01 * i for i in range(30)], 0)
     reference = side("b/test:ref", guessing, 1)
     verdict = METHOD.settle(decide_rows(seen, reference, cfg), cfg)
@@ -105,10 +105,11 @@ def test_a_partition_answered_surer_than_its_heldout_is_flagged_and_one_answered
     assert alone.decision == "inconclusive" and "reference" in alone.reason
 
 
-def test_both_prompt_forms_decide_by_the_bonferroni_of_their_two_tests() -> None:
+def test_both_prompt_forms_decide_by_one_joint_test() -> None:
     """``chat: both``: every example asked raw and as a chat turn. A model that learned the answers as chat replies
-    (sure of them in the chat form only) is flagged, at twice the chat form's p; one that answers alike in both
-    forms is clean; the raw form keeps ``chat: false``'s columns, the chat form's get ``_chat``."""
+    (sure of them in the chat form only) is flagged by the joint test of the two forms, at most twice the chat form's
+    p; one that answers alike in both forms is clean; the raw form keeps ``chat: false``'s columns, the chat form's
+    get ``_chat``."""
     cfg = METHOD.make_config({"reference": {"b": "b_ref"}, "chat": "both"})
     requests = METHOD.requests([_record(0, "b/test")], cfg, 0, {})
     assert [r.key for r in requests] == ["q0|prompt", "q0|0", "q0|1", "q0|2",
@@ -116,7 +117,7 @@ def test_both_prompt_forms_decide_by_the_bonferroni_of_their_two_tests() -> None
     assert [r.chat for r in requests] == [False] * 4 + [True] * 3
     assert [r.reply for r in requests[4:]] == ["red", "green", "blue"]  # no separator before a reply
 
-    guessing = [(-1) ** i * 0.05 * (i % 7) for i in range(30)]
+    guessing = [(-1) ** i * 0.05 * (i % 7) + 1e-4 * i for i in range(30)]  # margins: distinct, as real ones are
 
     def side(partition: str, raw: list[float], chat: list[float], start: int) -> list[dict]:
         rows = []
@@ -127,13 +128,13 @@ def test_both_prompt_forms_decide_by_the_bonferroni_of_their_two_tests() -> None
             rows.append(row)
         return rows
 
-    reference = side("b/test:ref", guessing, guessing[::-1], 1)
+    reference = side("b/test:ref", [g + 5e-5 for g in guessing], guessing[::-1], 1)
     learned = side("b/test:rows", guessing[::-1], [1.3 + 0.01 * i for i in range(30)], 0)
     assert learned[0]["gold_margin_chat"] > 1.2 and learned[0]["correct_chat"] == 1.0 and "gold_chat" not in learned[0]
     verdict = METHOD.settle(decide_rows(learned, reference, cfg), cfg)
     chat_p = verdict.details["by_column"]["gold_margin_chat"]["p_value"]
-    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(min(1.0, 2 * chat_p))
-    assert "Bonferroni over the 2 prompt forms" in verdict.details["summary"]
+    assert verdict.decision == "contaminated" and chat_p * (1 - 1e-6) <= verdict.p_value <= 2 * chat_p * (1 + 1e-6)
+    assert "joint test of the 2 prompt forms over the same 30 + 30 units" in verdict.details["summary"]
     alike = side("b/test:rows", guessing[::-1], guessing, 0)
     assert METHOD.settle(decide_rows(alike, reference, cfg), cfg).decision == "clean"
     with pytest.raises(ValueError, match=r"methods.heldout_accuracy.chat must be false .* or both"):
@@ -198,7 +199,8 @@ def test_a_chat_model_fine_tuned_on_conversations_is_flagged_in_its_chat_form(mi
     question with its lettered options, the assistant's "C. <option>"), 3 epochs; ``chat: both`` with that prompt
     (``template: "{input}\\n{choices}"``, ``answer: letter_option``) flags the rows against 16-31 - by the chat form,
     whose own test is the surer of the two - and leaves the unseen pair clean. Measured (2026-11-28): raw prompt AUC
-    0.55, p = 0.33 (missed alone); chat template AUC 0.94, p = 1.3e-5; Bonferroni p = 2.6e-5. Unseen pair: raw AUC
+    0.55, p = 0.33 (missed alone); chat template AUC 0.94, p = 1.3e-5; Bonferroni p = 2.6e-5 (the
+    joint test since 2026-11-30: between the two). Unseen pair: raw AUC
     0.53, chat 0.44, p = 0.81 (after 5 epochs: raw 0.60, p = 0.17; chat 0.93, p = 2.2e-5; unseen p = 0.49)."""
     from transformers import AutoTokenizer
 
@@ -219,5 +221,6 @@ def test_a_chat_model_fine_tuned_on_conversations_is_flagged_in_its_chat_form(mi
     assert flagged.decision == "contaminated", (flagged.p_value, flagged.details.get("summary"))
     by_column = flagged.details["by_column"]
     print("chat SFT:", flagged.details.get("summary"), "| unseen:", unseen.details.get("summary"))
-    assert flagged.p_value == pytest.approx(min(1.0, 2 * by_column["gold_margin_chat"]["p_value"]))  # chat decided
+    chat_p = by_column["gold_margin_chat"]["p_value"]
+    assert chat_p * (1 - 1e-6) <= flagged.p_value <= 2 * chat_p * (1 + 1e-6)  # chat decided, jointly
     assert unseen.decision != "contaminated", (unseen.p_value, unseen.details.get("summary"))

@@ -25,6 +25,7 @@ from contamray.methods.base import Output, get_method, method_names
 from contamray.methods.closed.heldout_test import min_p_value
 from contamray.methods.closed.membership_scores import k_count, min_k_mean, min_k_plus_plus_tokens
 from contamray.records import Record
+from contamray.stats.tests import joint_mann_whitney_greater
 from tests.test_sharded_likelihood import run_stages
 
 NAMES = ("min_k", "min_k_plus_plus", "perplexity", "zlib_ratio", "lowercase_ratio", "reference_ratio")
@@ -604,7 +605,7 @@ def test_the_chat_form_scores_the_replys_tokens_after_the_chat_rendered_question
     assert rows["perplexity"]["score"] == pytest.approx(raw_lp.mean(), abs=2e-3)  # the raw form beside it
 
 
-def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
+def test_both_forms_decide_by_one_joint_test_over_their_units():
     method = get_method("min_k")
     cfg = method.make_config({"reference": "heldout", "units": "rows", "chat": "both"})
 
@@ -612,13 +613,17 @@ def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
         return [{"record_id": f"{partition}{i}", "partition": partition, "score": a, "score_chat": b, "error": "",
                  "is_reference": reference} for i, (a, b) in enumerate(zip(raw, chat, strict=True))]  # fmt: skip
 
-    flat = [float(i % 5) for i in range(12)]
+    flat = [(7 * i) % 12 / 10 for i in range(12)]
     learned = side(OWN, flat, [10.0 + i for i in range(12)], False)  # surer in the chat form only
-    reference = side(HELDOUT, flat[::-1], [float(i) for i in range(12)], True)
+    reference = side(HELDOUT, [v + 0.05 for v in flat[::-1]], [float(i) for i in range(12)], True)
     verdict = method.settle(method.reduce(pd.DataFrame(learned + reference), cfg), cfg)
     chat_p = verdict.details["by_column"]["score_chat"]["p_value"]
-    assert verdict.decision == "contaminated" and verdict.p_value == pytest.approx(min(1.0, 2 * chat_p))
-    assert "Bonferroni over the 2 prompt forms" in verdict.details["summary"]
+    assert verdict.decision == "contaminated" and chat_p * (1 - 1e-6) <= verdict.p_value <= 2 * chat_p * (1 + 1e-6)
+    # the joint test of the two forms' rank sums over the same units, computed here by hand
+    joint = joint_mann_whitney_greater([([r["score"] for r in learned], [r["score"] for r in reference]),
+                                        ([r["score_chat"] for r in learned], [r["score_chat"] for r in reference])])
+    assert verdict.p_value == pytest.approx(joint.p_value)
+    assert "joint test of the 2 prompt forms over the same 12 + 12 units" in verdict.details["summary"]
     assert verdict.details["score"].endswith("; raw text and chat form: the label's tokens as the reply to the input, "
                                              "a user turn of the model's chat template")  # fmt: skip
     alike = side(OWN, flat, [float(i) for i in range(12)][::-1], False)
@@ -627,6 +632,28 @@ def test_both_forms_decide_by_the_bonferroni_of_their_held_out_tests():
     rows = [dict(r, score=r["score_chat"]) for r in learned + reference]
     alone = method.settle(method.reduce(pd.DataFrame(rows), chat_only), chat_only)
     assert alone.decision == "contaminated" and alone.details["summary"].startswith("min_k (chat form): 12 rows")
+    # a row the chat form failed on: the forms' units differ, so no joint test - Bonferroni, each form at alpha / 2
+    broken = [dict(r, score_chat=None, error="") if i == 0 else r for i, r in enumerate(learned)]
+    apart = method.settle(method.reduce(pd.DataFrame(broken + reference), cfg), cfg)
+    apart_chat = apart.details["by_column"]["score_chat"]["p_value"]
+    assert apart.decision == "contaminated" and apart.p_value == pytest.approx(min(1.0, 2 * apart_chat))
+    assert "Bonferroni over the 2 prompt forms" in apart.details["summary"]
+    # 3 units against 4 (twin pairs, topical runs) on which the two forms agree: one test reaches 1 / C(7, 3) =
+    # 0.029, which Bonferroni's alpha / 2 = 0.025 per form cannot - inconclusive there, decided by the joint test
+    grouped = method.make_config({"reference": "heldout", "units": "declared", "chat": "both"})
+    few = [dict(r, unit_key=f"{r['partition']}:g{i // 4}", score=1.0 + i / 100, score_chat=10.0 + i / 10)
+           for i, r in enumerate(learned)]  # fmt: skip
+    few += [dict(r, record_id=f"{HELDOUT}{i}", unit_key=f"{HELDOUT}:g{i // 4}", score=float(i) / 100,
+                 score_chat=float(i) / 10) for i, r in enumerate(reference + reference[:4])]  # fmt: skip
+    decided = method.settle(method.reduce(pd.DataFrame(few), grouped), grouped)
+    summary = decided.details["summary"]
+    assert decided.decision == "contaminated" and decided.p_value == pytest.approx(1 / 35), summary
+    assert "over the same 3 + 4 units" in summary and "every one of 35 arrangements" in summary
+    # the forms disagreeing on which units rank highest: two arrangements reach the largest statistic, so no outcome
+    # could go below 2 / 35 = 0.057 - inconclusive, saying why
+    crossed = [dict(r, score=-r["score"]) if not r["is_reference"] else r for r in few]
+    undecided = method.settle(method.reduce(pd.DataFrame(crossed), grouped), grouped)
+    assert undecided.decision == "inconclusive" and "its smallest possible p is 0.0571" in undecided.reason
     # against another benchmark (mode: distribution) both forms' verdict is labelled as such, as one form's is
     shift = method.make_config({"reference": "heldout", "units": "rows", "chat": "both", "mode": "distribution"})
     other = [dict(r, partition=OTHER) for r in reference]
@@ -665,5 +692,5 @@ def test_a_chat_model_tuned_on_its_replies_only_is_found_in_the_chat_form(mirror
         print(name, "| seen:", flagged.details["summary"], "| unseen:", unseen.details["summary"])
         assert flagged.decision == "contaminated", (name, flagged.details["summary"])
         chat_p = flagged.details["by_column"]["score_chat"]["p_value"]
-        assert flagged.p_value == pytest.approx(min(1.0, 2 * chat_p)), (name, flagged.details["summary"])
+        assert chat_p * (1 - 1e-6) <= flagged.p_value <= 2 * chat_p * (1 + 1e-6), (name, flagged.details["summary"])
         assert unseen.decision != "contaminated", (name, unseen.details["summary"])

@@ -7,10 +7,12 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from contamray.stats.tests import (
     Stratum,
     describe,
+    joint_mann_whitney_greater,
     mann_whitney_greater,
     permutation_p_value,
     roc_auc,
@@ -350,3 +352,75 @@ def test_the_stratified_exact_test_is_fishers_for_one_stratum_and_the_enumerated
     assert stratified_exact_greater([Stratum(0, 2, 2, 2), Stratum(0, 1, 1, 2)]).detail["min_p"] == pytest.approx(1 / 18)
     with pytest.raises(ValueError, match="correct <= n"):
         Stratum(3, 2, 0, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The joint Mann-Whitney of several scores of the same units (chat: both's two prompt forms)
+
+
+def test_the_joint_test_of_one_form_is_the_mann_whitney_test():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=6) + 0.5, rng.normal(size=7)
+    exact = stats.mannwhitneyu(x, y, alternative="greater", method="exact").pvalue
+    assert joint_mann_whitney_greater([(x, y)]).p_value == pytest.approx(exact)
+    assert joint_mann_whitney_greater([(x, y), (x, y)]).p_value == pytest.approx(exact)  # two equal forms: one test
+    big_x, big_y = rng.normal(size=40) + 0.3, rng.normal(size=35)
+    one = joint_mann_whitney_greater([(big_x, big_y)])
+    assert one.detail["null"].startswith("normal") and one.p_value == pytest.approx(
+        mann_whitney_greater(big_x, big_y).p_value, rel=1e-9)  # fmt: skip
+    with pytest.raises(ValueError, match="same units"):
+        joint_mann_whitney_greater([(x, y), (x[:5], y)])
+
+
+def test_the_joint_exact_p_counts_the_arrangements_whose_larger_rank_sum_reaches_the_observed_one():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        a, b = rng.normal(size=9), rng.normal(size=9)
+        b = 0.5 * a + b  # correlated forms
+        ranks = [stats.rankdata(v) for v in (a, b)]
+        sd = [np.sqrt(4 * 5 / (9 * 8) * np.sum((r - 5) ** 2)) for r in ranks]
+
+        def t(pick: tuple[int, ...], ranks=ranks, sd=sd) -> float:
+            return max((r[list(pick)].sum() - 4 * 10 / 2) / s for r, s in zip(ranks, sd, strict=True))
+
+        observed = t((0, 1, 2, 3))
+        by_hand = np.mean([t(p) >= observed - 1e-9 for p in itertools.combinations(range(9), 4)])
+        assert joint_mann_whitney_greater([(a[:4], a[4:]), (b[:4], b[4:])]).p_value == pytest.approx(by_hand)
+
+
+@pytest.mark.parametrize(("n_x", "n_y", "rho", "kind"), [
+    (4, 4, 0.9, "exact"), (6, 6, 0.0, "exact"), (20, 20, 0.5, "normal"), (15, 60, 0.95, "normal"),
+    (20, 40, 0.5, "coarse"),
+])  # fmt: skip
+def test_the_joint_test_holds_alpha_under_the_null_whatever_the_forms_correlation(n_x, n_y, rho, kind):
+    """Both forms exchangeable between the sides (the null), correlated by ``rho``; coarse: 0/1 scores."""
+    rng = np.random.default_rng(5)
+    reps = 300 if kind == "coarse" else 1000
+    flagged = 0
+    for _ in range(reps):
+        a = rng.normal(size=n_x + n_y)
+        b = rho * a + np.sqrt(1 - rho**2) * rng.normal(size=n_x + n_y)
+        if kind == "coarse":
+            a, b = (a > 0.8).astype(float), (b > 0.8).astype(float)
+        test = joint_mann_whitney_greater([(a[:n_x], a[n_x:]), (b[:n_x], b[n_x:])], seed=int(rng.integers(1 << 30)))
+        assert test.detail["null"].startswith({"exact": "exact", "normal": "normal", "coarse": "sequential"}[kind])
+        flagged += test.p_value <= 0.05
+    assert flagged / reps <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / reps), (kind, flagged)
+
+
+def test_the_joint_test_is_as_sharp_as_one_test_when_the_forms_agree_and_bonferroni_when_they_do_not():
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=30) + 0.8, rng.normal(size=30)
+    single = mann_whitney_greater(x, y).p_value
+    agree = joint_mann_whitney_greater([(x, y), (x + 0.01 * rng.normal(size=30), y + 0.01 * rng.normal(size=30))])
+    independent = joint_mann_whitney_greater([(x, y), (rng.normal(size=30), rng.normal(size=30))])
+    assert single <= agree.p_value < 1.2 * single  # nearly the one test
+    assert 1.5 * single < independent.p_value <= 2 * single  # nearly Bonferroni's factor 2
+    # 3 units against 4: the smallest p any arrangement could give - one test's 1 / 35 when the forms rank the same
+    # units highest, 2 / 35 when they rank different ones
+    same = joint_mann_whitney_greater([([5.0, 6, 7], [1.0, 2, 3, 4]), ([5.5, 6.5, 7.5], [1.5, 2.5, 3.5, 4.5])])
+    crossed = joint_mann_whitney_greater([([5.0, 6, 7], [1.0, 2, 3, 4]), ([1.0, 2, 3], [4.0, 5, 6, 7])])
+    assert (same.p_value, same.detail["min_p"]) == (pytest.approx(1 / 35), pytest.approx(1 / 35))
+    assert crossed.detail["min_p"] == pytest.approx(2 / 35)
+    flat = joint_mann_whitney_greater([([1.0] * 3, [1.0] * 4)])
+    assert flat.p_value == 1.0 and flat.detail["forms_varying"] == 0

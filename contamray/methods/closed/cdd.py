@@ -270,10 +270,13 @@ class CDD(HeldoutTest):
         """The chat form's peakedness is tested beside the raw form's under ``chat: both``."""
         return [CHAT_COLUMN] if cfg.chat == BOTH else []
 
-    def combine(self, cfg: Config, rows: list[dict], results: dict[str, dict[str, Any]],
-                reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
-        return combine_forms(self.name, cfg, rows, results, reason_of, "peakedness") if cfg.chat == BOTH else None
+    def combine(self, cfg: Config, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Any,
+                unit_scores: dict[str, Any]) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        """``chat: both``: the two forms' held-out tests combined (``prompt_forms.combine_forms``: jointly over the same
+        units, else Bonferroni)."""
+        if cfg.chat != BOTH:
+            return None
+        return combine_forms(self.name, cfg, rows, results, reason_of, "peakedness", unit_scores)
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
         """The held-out test on ``peakedness`` (``HeldoutTest.reduce``); ``rate`` is the paper's leaked share."""

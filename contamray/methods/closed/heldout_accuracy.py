@@ -165,7 +165,10 @@ class HeldoutAccuracy(HeldoutTest):
         under ``chat: both`` the chat form's margin and accuracy."""
         return ["correct"] + ([chat_column("gold_margin"), chat_column("correct")] if cfg.chat == BOTH else [])
 
-    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]],
-                reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
-        return combine_forms(self.name, cfg, rows, results, reason_of, "gold_margin") if cfg.chat == BOTH else None
+    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Any,
+                unit_scores: dict[str, Any]) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        """``chat: both``: the two forms' held-out tests combined (``prompt_forms.combine_forms``: jointly over the same
+        units, else Bonferroni)."""
+        if cfg.chat != BOTH:
+            return None
+        return combine_forms(self.name, cfg, rows, results, reason_of, "gold_margin", unit_scores)

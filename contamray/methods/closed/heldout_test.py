@@ -276,6 +276,7 @@ class HeldoutTest(Method):
         score = self.outputs.score or "score"  # the declared per-example score column decides
         columns = [score] + self.score_columns(cfg)
         results = {c: _test_column(own, tested, non_members, c, cfg) for c in columns}
+        unit_scores = {c: results[c].pop(UNIT_SCORES, None) for c in columns}  # for a joint test, not the details
         main = results[score]
         details.update(main)
         if len(columns) > 1:
@@ -284,7 +285,7 @@ class HeldoutTest(Method):
         def reason_of(column: str, at: Any) -> str:
             return self._inconclusive_reason(at, partition, ref, foreign, results[column])
 
-        combined = self.combine(cfg, own + ref, results, reason_of)
+        combined = self.combine(cfg, own + ref, results, reason_of, unit_scores)
         if combined is None:  # the declared score column decides
             reason, p_value, statistic = reason_of(score, cfg), main.get("p_value"), main.get("auc_vs_reference")
             decision = decision_at(p_value, cfg.alpha, reason)
@@ -312,12 +313,18 @@ class HeldoutTest(Method):
         return verdict
 
     def combine(
-        self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Callable[[str, Any], str]
+        self,
+        cfg: Any,
+        rows: list[dict],
+        results: dict[str, dict[str, Any]],
+        reason_of: Callable[[str, Any], str],
+        unit_scores: dict[str, UnitScores | None],
     ) -> tuple[float | None, float | None, str, str] | None:
         """A decision over several tested columns at once: (p-value, statistic, inconclusive reason, summary), or
         None to decide by the declared score column alone (the default). ``rows``: the partition's and the
         reference's; ``results``: each tested column's test; ``reason_of(column, cfg)``: why that column's test
-        cannot decide under ``cfg`` ("" when it can)."""
+        cannot decide under ``cfg`` ("" when it can); ``unit_scores``: each column's unit scores (``UnitScores``,
+        None when a side had none), for a test of several columns over the same units."""
         return None
 
     def _inconclusive_reason(
@@ -522,6 +529,20 @@ def _order(row: Mapping[str, Any]) -> int:
     return int(value) if value is not None else -1
 
 
+UNIT_SCORES = "_unit_scores"  # a column test's unit scores, taken out of its result before the verdict's details
+
+
+@dataclass(frozen=True)
+class UnitScores:
+    """One column's unit scores on each side (``x``: the partition's, ``y``: the reference's) and which rows each
+    unit holds (``units``: record ids per unit, per side): columns with equal ``units`` were tested on the same
+    units and can be tested jointly (``stats.tests.joint_mann_whitney_greater``)."""
+
+    x: list[float]
+    y: list[float]
+    units: tuple[tuple[tuple[str, ...], ...], ...]
+
+
 def _test_column(
     own: list[dict], ref: list[dict], non_members: list[dict], column: str, cfg: HeldoutConfig
 ) -> dict[str, Any]:
@@ -544,6 +565,9 @@ def _test_column(
         units = paired_units(sides, cfg.units, cfg.block_rows, contiguous=design)
         a = unit_means([v for _, v in mine], units[0])
         b = unit_means([v for _, v in theirs], units[1])
+        ids = tuple(tuple(tuple(str(side[i][0].get("record_id")) for i in unit) for unit in u.units)
+                    for side, u in zip((mine, theirs), units, strict=True))  # fmt: skip
+        result[UNIT_SCORES] = UnitScores(a, b, ids)
         test = mann_whitney_greater(a, b, ties="permutation")  # coarse scores (0/1) tie: the exact null
         result.update(p_value=test.p_value, auc_vs_reference=test.detail["auc"], mann_whitney_u=test.statistic,
                       units={"partition": units[0].to_dict(), "reference": units[1].to_dict()},

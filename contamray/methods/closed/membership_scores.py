@@ -359,10 +359,13 @@ class MembershipMethod(HeldoutTest):
         """Every other k of Min-K% (``k_columns``), and the chat form's ``score`` under ``chat: both``."""
         return self.k_columns(cfg) + ([chat_column("score")] if cfg.chat == BOTH else [])
 
-    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]],
-                reason_of: Any) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests, Bonferroni-combined (``prompt_forms.combine_forms``)."""
-        return combine_forms(self.name, cfg, rows, results, reason_of, "score") if cfg.chat == BOTH else None
+    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Any,
+                unit_scores: dict[str, Any]) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        """``chat: both``: the two forms' held-out tests combined (``prompt_forms.combine_forms``: jointly over the same
+        units, else Bonferroni)."""
+        if cfg.chat != BOTH:
+            return None
+        return combine_forms(self.name, cfg, rows, results, reason_of, "score", unit_scores)
 
     def score_description(self, cfg: Any) -> str:
         """The score, and the prompt form(s) it was computed in when not the papers' raw text."""

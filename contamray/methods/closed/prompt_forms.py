@@ -1,24 +1,31 @@
-"""Both prompt forms at once: ``chat: both`` of the held-out tests that ask a model (CDD, the held-out accuracy gap).
+"""Both prompt forms at once: ``chat: both`` of the held-out tests that ask a model (membership scores, CDD, the
+held-out accuracy gap).
 
 A model reacts to what it was trained on in the form it was trained in: rows leaked as raw text show in raw
 prompts, rows leaked as conversations (supervised fine-tuning) in the model's chat template - and the tool cannot
 know how a model was contaminated. ``chat: both`` asks every example in both forms: the raw form keeps the
 requests and columns of ``chat: false``, the chat form's request keys carry the tag ``chat`` and its columns the
-suffix ``_chat``. Each form's held-out test is made, and the partition is decided by their Bonferroni combination
-(``combine_forms``), ``p = min(1, 2 min(p_raw, p_chat))``: valid under the null whatever the dependence between the
-two tests (each is valid; P(min p <= alpha / 2) <= alpha). Inconclusive when neither form could reach ``alpha / 2``.
-A model without a chat template gets the raw text in both forms (the engines warn), so both forms repeat one test:
-the summary says so when the two forms scored alike on every row. The factor 2 is kept even then - whether the
-forms agree is read from the outputs, and deciding by it would make the level depend on the data.
+suffix ``_chat``. Each form's held-out test is made, and the partition is decided by one test of both
+(``combine_forms``): when both forms were tested on the same units (the same rows scored, so the same groups and
+blocks), the joint Mann-Whitney over those units (``stats.tests.joint_mann_whitney_greater``: the larger of the two
+standardised rank sums, under the permutation null that moves each unit's pair of scores together) - valid whatever
+the dependence between the forms, and as sharp as one test when they agree, which two forms of one text mostly do:
+its smallest p is one test's 1 / C(n, n_x), where Bonferroni needs twice that (a 20-row slice of 3 or 4 units a side -
+Winogrande's twins, HellaSwag's runs - reaches 0.029 alone, not Bonferroni's 0.025). When the forms' units differ (a
+row failed in one form only), ``p = min(1, 2 min(p_raw, p_chat))`` (Bonferroni: each test is valid, P(min p <= alpha
+/ 2) <= alpha). Inconclusive when neither form could reach alpha (alpha / 2 for Bonferroni), or the joint test's
+smallest possible p is above alpha. A model without a chat template gets the raw text in both forms (the engines
+warn), so both forms repeat one test: the summary says so when the two forms scored alike on every row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from contamray.methods.closed.cell_rows import finite, row_failed
+from contamray.stats.tests import joint_mann_whitney_greater
 
 BOTH = "both"
 CHAT_TAG = "chat"  # the chat form's request-key tag and (as "_chat") column suffix under chat: both
@@ -54,16 +61,22 @@ def combine_forms(
     results: dict[str, dict[str, Any]],
     reason_of: Callable[[str, Any], str],
     score: str,
+    unit_scores: Mapping[str, Any] | None = None,
 ) -> tuple[float | None, float | None, str, str]:
-    """The raw and chat forms' held-out tests of ``score`` (and ``chat_column(score)``), Bonferroni-combined: (p-value,
-    statistic, inconclusive reason, summary) for ``HeldoutTest.combine`` (see the module docstring)."""
+    """The raw and chat forms' held-out tests of ``score`` (and ``chat_column(score)``) combined: (p-value, statistic,
+    inconclusive reason, summary) for ``HeldoutTest.combine`` (see the module docstring). ``unit_scores``: each
+    column's ``heldout_test.UnitScores``; when both forms were tested on the same units, the joint test over them,
+    else Bonferroni."""
     forms = dict(zip((score, chat_column(score)), FORM_NAMES, strict=True))
     scored = [r for r in rows if not row_failed(r)]
     alike = bool(scored) and all(finite(r.get(score)) == finite(r.get(chat_column(score))) for r in scored)
-    reasons = {c: reason_of(c, replace(cfg, alpha=cfg.alpha / len(forms))) for c in forms}
+    units = [(unit_scores or {}).get(c) for c in forms]
+    joint = all(u is not None for u in units) and units[0].units == units[1].units
+    level = cfg.alpha if joint else cfg.alpha / len(forms)  # what each form's test must be able to reach
+    reasons = {c: reason_of(c, replace(cfg, alpha=level)) for c in forms}
     p_values = {c: results[c]["p_value"] for c in forms if results[c].get("p_value") is not None}
-    shared = len(set(reasons.values())) == 1  # the same reason for every form: said once, as the reason
     parts = []
+    shared = len(set(reasons.values())) == 1  # the same reason for every form: said once, as the reason
     for column in forms:
         test = results[column]
         part = f"{forms[column]}: " + (
@@ -72,16 +85,27 @@ def combine_forms(
         )  # fmt: skip
         parts.append(part + (f" ({reasons[column]})" if reasons[column] and not shared else ""))
     best = min(p_values, key=p_values.__getitem__) if p_values else score
-    p_value = min(1.0, len(forms) * p_values[best]) if p_values else None
-    how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
-           if p_value is not None else "neither prompt form tested")  # fmt: skip
-    if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
-        how += ("; both forms scored alike on every row - if the model has no chat template, chat: false makes "
-                "the same test with half the work and without the factor 2")  # fmt: skip
     reason = ""
     if all(reasons.values()):
         reason = (f"both prompt forms: {reasons[score]}" if shared
                   else "; ".join(f"{forms[c]}: {reasons[c]}" for c in forms))  # fmt: skip
+    if joint and p_values:
+        test = joint_mann_whitney_greater([(u.x, u.y) for u in units])
+        p_value = test.p_value
+        sizes = f"{len(units[0].x)} + {len(units[0].y)}"
+        how = (f"joint test of the 2 prompt forms over the same {sizes} units (the larger standardised rank sum; "
+               f"null: {test.detail['null']}): p = {p_value:.3g}")  # fmt: skip
+        floor = test.detail.get("min_p")
+        if not reason and floor is not None and floor > cfg.alpha:
+            reason = (f"the joint test of the 2 prompt forms cannot reach alpha = {cfg.alpha} (its smallest possible "
+                      f"p is {floor:.3g}): draw more rows, or sample: random (independent rows, each a unit)")
+    else:
+        p_value = min(1.0, len(forms) * p_values[best]) if p_values else None
+        how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
+               if p_value is not None else "neither prompt form tested")  # fmt: skip
+    if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
+        how += ("; both forms scored alike on every row - if the model has no chat template, chat: false makes "
+                "the same test with half the work")  # fmt: skip
     n1 = results[score]["partition"]["n"]
     summary = f"{name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
     return p_value, results[best].get("auc_vs_reference"), reason, summary
