@@ -12,13 +12,14 @@ Inconclusive answers are allowed (a test may decline a null it cannot credit - e
 on structure it cannot remove), but the tests must decide on most slices, or the check would be empty.
 Alongside, the injected partition (the fine-tuned ARC slice) is still flagged by every likelihood test.
 
-Measured (2026-11-24): Min-K%++ 1 of 20 flagged, Min-K% 0, perplexity 0, zlib 2, lowercase 1, reference ratio 0;
-with ``chat: both`` (2026-11-29) 1 each, the lowercase ratio 2. Before the membership tests compared sampling units
-(``stats.clusters``: a contiguous slice of ``synthetic_structured`` is a cluster sample of entity runs, tested as
-blocks of consecutive rows) they flagged up to 3 (lowercase), 2 on average. The sharded test flags 3 (see its test:
-the same three slices whichever shuffles and p-value; an exact test flags >= 3 of 20 with probability 0.075). Guided
-prompting's calibration on the same slices and model, with its measured counts, is
-``test_null_calibration_guided.py`` (its own module, so the two run on different xdist workers).
+Measured (2026-11-24): Min-K%++ 1 of 20 flagged, Min-K% 0, perplexity 0, zlib 2, lowercase 1, reference ratio 0; with
+``chat: both`` (2026-11-29) 1 each, the lowercase ratio 2; again with the two forms' joint test (2026-11-30, ``chat:
+both`` the runs' default): 1 each, the lowercase ratio 2 (2 inconclusive each, the lowercase ratio 1). Before the
+membership tests compared sampling units (``stats.clusters``: a contiguous slice of ``synthetic_structured`` is a
+cluster sample of entity runs, tested as blocks of consecutive rows) they flagged up to 3 (lowercase), 2 on average.
+The sharded test flags 3 (see its test: the same three slices whichever shuffles and p-value; an exact test flags >= 3
+of 20 with probability 0.075). Guided prompting's calibration on the same slices and model, with its measured counts,
+is ``test_null_calibration_guided.py`` (its own module, so the two run on different xdist workers).
 
 Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
 zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.
@@ -79,10 +80,12 @@ def _decisions(verdicts: list) -> Counter:
 def test_membership_scores_hold_their_null_on_clean_slices(
     engines, clean_slices, heldout_slices, contaminated_model, chat
 ):
-    """The papers' raw form, and ``chat: both`` (each example also as a conversation in the chat template, the two
-    held-out tests Bonferroni-combined; measured 2026-11-29: 1 of 20 flagged by every score but the lowercase ratio,
-    2; 2 inconclusive each - 4 blocks a side cannot reach alpha / 2). The chat form alone (``chat: true``, not
-    asserted) flagged 1-2 of 20, the lowercase ratio 4 - the same slices its raw form finds low (p 0.014-0.081)."""
+    """The papers' raw form, and ``chat: both`` (the runs' default: each example also as a conversation in the chat
+    template, the two forms decided by one joint test over the same units; measured 2026-11-30: 1 of 20 flagged by
+    every score but the lowercase ratio, 2; 2 inconclusive each, the lowercase ratio 1. With the Bonferroni
+    combination before it, 2026-11-29: the same flags, 2 inconclusive each - 4 blocks a side cannot reach alpha /
+    2). The chat form alone (``chat: true``, not asserted) flagged 1-2 of 20, the lowercase ratio 4 - the same
+    slices its raw form finds low (p 0.014-0.081)."""
     verdicts: dict[str, list] = {}
     for name in MEMBERSHIP:
         method = get_method(name)
