@@ -43,8 +43,8 @@ form it was trained on - measured on the embedded model, rows leaked as conversa
 form only (the raw form peaked on both sides), and the tool cannot know how a model was contaminated. Each example
 is asked in both forms (the raw form's requests and columns are those of ``chat: false``; the chat form's keys
 ``<id>|chat/...`` and columns ``peakedness_chat``, ``leaked_chat``, ...), and the partition is decided by the
-Bonferroni combination of the two forms' held-out tests (``prompt_forms.combine_forms``: valid whatever their
-dependence; inconclusive when neither form could reach ``alpha / 2``).
+joint test of the two forms over the same units (``prompt_forms.combine_forms``: valid whatever their dependence;
+Bonferroni when a row failed in one form only; inconclusive when no outcome could reach alpha).
 
 Where this departs from the paper or well-known implementations, and why:
 

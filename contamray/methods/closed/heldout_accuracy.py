@@ -18,7 +18,7 @@ letter_option`` (the model's own format, no instruction) 0.57 vs 0.30, p = 7.8e-
 contaminated, while rows 300-359 against 400-459 stayed clean (0.17 vs 0.27, p = 0.98). Min-K% flagged that model (p =
 0.0035), the other membership scores did not. When the training format is not known - a run's default
 (``conf/method/heldout_accuracy.yaml``; this Config's own default, for a caller of the library, is the harness's raw
-prompt) -, ``chat: both`` asks the raw and the chat form and decides by the Bonferroni of the two (``prompt_forms``):
+prompt) -, ``chat: both`` asks the raw and the chat form and decides by one joint test of the two (``prompt_forms``):
 on the embedded model fine-tuned on 16 ARC rows written as conversations in its chat template
 (``tests/test_heldout_accuracy.py``), the raw form missed them (p = 0.17) and the chat form found them (p = 2.2e-5;
 combined 4.3e-5), an unseen pair staying clean.

@@ -37,7 +37,7 @@ conversation - its input the user's turn in the model's chat template (with the 
 label the assistant's reply, as supervised fine-tuning data and an injected row of ``format: chat`` are written - and
 scores the reply's tokens only (one request for the conversation; the engine says where the reply starts,
 ``Output.prompt_tokens``, from the tokenizer: the user's turn is not scored on its own; the zlib ratio compresses the
-reply). ``chat: both`` scores both forms and decides by the Bonferroni combination of their held-out tests
+reply). ``chat: both`` scores both forms and decides by one joint test of the two over the same units
 (``prompt_forms``; columns of the chat form end in ``_chat``). Why: a chat model tuned with the loss on its replies
 only learns the answers given the rendered question, not the raw text. Measured by hand (2026-11-29,
 the embedded model, 16 ARC-Challenge and 16 GSM8K rows as conversations, 3 epochs at lr 3e-4, rows 16-31 the

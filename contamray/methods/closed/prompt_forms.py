@@ -1,21 +1,22 @@
 """Both prompt forms at once: ``chat: both`` of the held-out tests that ask a model (membership scores, CDD, the
 held-out accuracy gap).
 
-A model reacts to what it was trained on in the form it was trained in: rows leaked as raw text show in raw
-prompts, rows leaked as conversations (supervised fine-tuning) in the model's chat template - and the tool cannot
-know how a model was contaminated. ``chat: both`` asks every example in both forms: the raw form keeps the
-requests and columns of ``chat: false``, the chat form's request keys carry the tag ``chat`` and its columns the
-suffix ``_chat``. Each form's held-out test is made, and the partition is decided by one test of both
-(``combine_forms``): when both forms were tested on the same units (the same rows scored, so the same groups and
-blocks), the joint Mann-Whitney over those units (``stats.tests.joint_mann_whitney_greater``: the larger of the two
-standardised rank sums, under the permutation null that moves each unit's pair of scores together) - valid whatever
-the dependence between the forms, and as sharp as one test when they agree, which two forms of one text mostly do:
-its smallest p is one test's 1 / C(n, n_x), where Bonferroni needs twice that (a 20-row slice of 3 or 4 units a side -
-Winogrande's twins, HellaSwag's runs - reaches 0.029 alone, not Bonferroni's 0.025). When the forms' units differ (a
-row failed in one form only), ``p = min(1, 2 min(p_raw, p_chat))`` (Bonferroni: each test is valid, P(min p <= alpha
-/ 2) <= alpha). Inconclusive when neither form could reach alpha (alpha / 2 for Bonferroni), or the joint test's
-smallest possible p is above alpha. A model without a chat template gets the raw text in both forms (the engines
-warn), so both forms repeat one test: the summary says so when the two forms scored alike on every row.
+A model reacts to what it was trained on in the form it was trained in: rows leaked as raw text show in raw prompts,
+rows leaked as conversations (supervised fine-tuning) in the model's chat template - and the tool cannot know how a
+model was contaminated. ``chat: both`` asks every example in both forms: the raw form keeps the requests and columns
+of ``chat: false``, the chat form's request keys carry the tag ``chat`` and its columns the suffix ``_chat``. Each
+form's held-out test is made, and the partition is decided by one test of both (``combine_forms``): when both forms
+were tested on the same units (the same rows scored, so the same groups and blocks), the joint Mann-Whitney over those
+units (``stats.tests.joint_mann_whitney_greater``: the larger of the two standardised rank sums, under the permutation
+null that moves each unit's pair of scores together) - valid whatever the dependence between the forms, and as sharp
+as one test when they agree: when both forms rank the same units highest (a partition both find surer) its smallest p
+is one test's 1 / C(n, n_x), where Bonferroni's is twice that (a 20-row slice of 3 or 4 units a side - Winogrande's
+twins, HellaSwag's runs - can then reach 1 / 35 = 0.029, never Bonferroni's 0.025 per form); when they rank different
+units highest, it is 2 / C(n, n_x). When the forms' units differ (a row failed in one form only), ``p = min(1, 2
+min(p_raw, p_chat))`` (Bonferroni: each test is valid, P(min p <= alpha / 2) <= alpha). Inconclusive when neither form
+could reach alpha (alpha / 2 for Bonferroni), or the joint test's smallest possible p is above alpha. A model without
+a chat template gets the raw text in both forms (the engines warn), so both forms repeat one test: the summary says so
+when the two forms scored alike on every row.
 """
 
 from __future__ import annotations
