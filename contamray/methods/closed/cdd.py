@@ -76,7 +76,7 @@ from contamray.methods.base import Applies, Output, Outputs, Request, Sampling, 
 from contamray.methods.closed.cell_rows import finite, row_failed, rows_of, truthy
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
-from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option, combine_forms, prompt_forms
+from contamray.methods.closed.prompt_forms import BOTH, TwoPromptForms, chat_column, chat_option, prompt_forms
 from contamray.records import Record
 
 NAME = "cdd"
@@ -209,7 +209,7 @@ def _token_ids(got: Mapping[str, Output], key: str, expected: int) -> list[list[
 
 
 @register
-class CDD(HeldoutTest):
+class CDD(TwoPromptForms, HeldoutTest):
     """CDD peakedness: share of 50 samples (T 0.8) within 0.05 l token edits of the greedy output (Dong et al. 2024)."""
 
     name = NAME
@@ -269,14 +269,6 @@ class CDD(HeldoutTest):
     def score_columns(self, cfg: Config) -> list[str]:
         """The chat form's peakedness is tested beside the raw form's under ``chat: both``."""
         return [CHAT_COLUMN] if cfg.chat == BOTH else []
-
-    def combine(self, cfg: Config, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Any,
-                unit_scores: dict[str, Any]) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests combined (``prompt_forms.combine_forms``: jointly over the same
-        units, else Bonferroni)."""
-        if cfg.chat != BOTH:
-            return None
-        return combine_forms(self.name, cfg, rows, results, reason_of, "peakedness", unit_scores)
 
     def reduce(self, table: Any, cfg: Config) -> Verdict:
         """The held-out test on ``peakedness`` (``HeldoutTest.reduce``); ``rate`` is the paper's leaked share."""

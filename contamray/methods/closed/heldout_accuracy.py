@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 from contamray.methods.base import Applies, Output, Outputs, Request, register
 from contamray.methods.closed.clean_dirty_eval import answered, option_requests
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
-from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option, combine_forms, prompt_forms
+from contamray.methods.closed.prompt_forms import BOTH, TwoPromptForms, chat_column, chat_option, prompt_forms
 from contamray.records import Record
 
 NAME = "heldout_accuracy"
@@ -118,7 +118,7 @@ def gold_margin(perplexities: list[float], gold: int) -> float:
 
 
 @register
-class HeldoutAccuracy(HeldoutTest):
+class HeldoutAccuracy(TwoPromptForms, HeldoutTest):
     """Registered as ``heldout_accuracy`` (family ``closed``; multiple choice; needs a held-out ``reference``)."""
 
     name = NAME
@@ -165,10 +165,3 @@ class HeldoutAccuracy(HeldoutTest):
         under ``chat: both`` the chat form's margin and accuracy."""
         return ["correct"] + ([chat_column("gold_margin"), chat_column("correct")] if cfg.chat == BOTH else [])
 
-    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Any,
-                unit_scores: dict[str, Any]) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests combined (``prompt_forms.combine_forms``: jointly over the same
-        units, else Bonferroni)."""
-        if cfg.chat != BOTH:
-            return None
-        return combine_forms(self.name, cfg, rows, results, reason_of, "gold_margin", unit_scores)

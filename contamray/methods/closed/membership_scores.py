@@ -89,7 +89,7 @@ from contamray.methods.closed.cell_rows import output_map
 from contamray.methods.closed.heldout_test import MIN_ROWS, HeldoutConfig, HeldoutTest, unit_columns
 from contamray.methods.closed.likelihood_text import check_fields, empty_message, is_empty, serialise
 from contamray.methods.closed.likelihood_windows import Scored, read_scored, score_request
-from contamray.methods.closed.prompt_forms import BOTH, chat_column, chat_option, combine_forms, prompt_forms
+from contamray.methods.closed.prompt_forms import BOTH, TwoPromptForms, chat_column, chat_option, prompt_forms
 from contamray.records import Record
 
 SIGMA_FLOOR = 1e-6
@@ -225,7 +225,7 @@ class Form:
         return self.text if self.reply is None else self.reply
 
 
-class MembershipMethod(HeldoutTest):
+class MembershipMethod(TwoPromptForms, HeldoutTest):
     """Shared requests / score / reduce; subclasses say which texts to score and what number to keep."""
 
     family = "closed"
@@ -360,14 +360,6 @@ class MembershipMethod(HeldoutTest):
     def score_columns(self, cfg: Any) -> list[str]:
         """Every other k of Min-K% (``k_columns``), and the chat form's ``score`` under ``chat: both``."""
         return self.k_columns(cfg) + ([chat_column("score")] if cfg.chat == BOTH else [])
-
-    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]], reason_of: Any,
-                unit_scores: dict[str, Any]) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
-        """``chat: both``: the two forms' held-out tests combined (``prompt_forms.combine_forms``: jointly over the same
-        units, else Bonferroni)."""
-        if cfg.chat != BOTH:
-            return None
-        return combine_forms(self.name, cfg, rows, results, reason_of, "score", unit_scores)
 
     def score_description(self, cfg: Any) -> str:
         """The score, and the prompt form(s) it was computed in when not the papers' raw text."""

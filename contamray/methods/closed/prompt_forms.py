@@ -110,3 +110,18 @@ def combine_forms(
     n1 = results[score]["partition"]["n"]
     summary = f"{name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
     return p_value, results[best].get("auc_vs_reference"), reason, summary
+
+
+class TwoPromptForms:
+    """What a held-out test that offers ``chat: both`` adds (a base before ``HeldoutTest``): its ``combine`` decides
+    by both forms of its declared score column (``combine_forms``); under any other ``chat`` that column decides."""
+
+    name: str
+    outputs: Any
+
+    def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]],
+                reason_of: Callable[[str, Any], str], unit_scores: Mapping[str, Any],
+                ) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+        if cfg.chat != BOTH:
+            return None
+        return combine_forms(self.name, cfg, rows, results, reason_of, self.outputs.score, unit_scores)
