@@ -414,12 +414,7 @@ def cell_cost(examples: pd.DataFrame) -> dict[str, float]:
 # reducing (one task per cell, with the rows of the cells it depends on)
 
 
-def _reduce(
-    plan: Plan,
-    cells: list[Cell],
-    store: ResultStore,
-    injections: Injections | None = None,
-) -> None:
+def _reduce(plan: Plan, cells: list[Cell], store: ResultStore, injections: Injections | None = None) -> None:
     """Reduce ``cells`` to verdicts and store them. An open-data verdict says what the corpus scan that scored it
     could not read, undecided when that may hold its rows (``corpus.coverage.with_coverage``), and keeps saying it
     when its cell is reused."""

@@ -43,6 +43,7 @@ argument and the positions, because a NaN silently dropped would change the answ
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -376,24 +377,23 @@ def joint_mann_whitney_greater(
     arrangements = math.comb(n, n_x)
     coarse = any(2 * np.unique(np.concatenate([x, y])).size <= n
                  for (x, y), varies in zip(zip(xs, ys, strict=True), live, strict=True) if varies)  # fmt: skip
-    tol = 1e-9 * max(1.0, abs(t_obs))
-    if arrangements <= JOINT_EXACT_LIMIT:
-        import itertools
+    def largest(picks: np.ndarray) -> np.ndarray:  # each arrangement's (a row of x-side units) largest z
+        return (centred[:, picks].sum(axis=2) / sd[:, None]).max(axis=0)
 
+    if arrangements <= JOINT_EXACT_LIMIT:
         picks = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), n_x)), dtype=np.int64,
                             count=arrangements * n_x).reshape(arrangements, n_x)  # fmt: skip
-        t = (centred[:, picks].sum(axis=2) / sd[:, None]).max(axis=0)
-        p = float(np.mean(t >= t_obs - tol))
-        detail["min_p"] = float(np.mean(t >= t.max() - 1e-9 * max(1.0, abs(float(t.max())))))  # the most any can
+        t = largest(picks)
+        p = float(np.mean(_reaches(t, t_obs)))
+        detail["min_p"] = float(np.mean(_reaches(t, float(t.max()))))  # the smallest p any arrangement could give
         detail["null"] = f"exact (every one of {arrangements} arrangements)"
     elif coarse:  # Besag & Clifford (1991) sequential Monte Carlo: stop at JOINT_MC_HITS arrangements reaching t_obs
         rng = np.random.default_rng(seed)
         hits = draws = 0
-        p = math.nan
         while draws < JOINT_MC_MAX:
             size = min(1000, JOINT_MC_MAX - draws)
             picks = rng.permuted(np.tile(np.arange(n), (size, 1)), axis=1)[:, :n_x]
-            reached = np.flatnonzero((centred[:, picks].sum(axis=2) / sd[:, None]).max(axis=0) >= t_obs - tol)
+            reached = np.flatnonzero(_reaches(largest(picks), t_obs))
             if hits + reached.size >= JOINT_MC_HITS:
                 draws += int(reached[JOINT_MC_HITS - hits - 1]) + 1
                 hits = JOINT_MC_HITS
@@ -409,6 +409,11 @@ def joint_mann_whitney_greater(
         p = _max_normal_sf(corrected, corr)
         detail["null"] = "normal (the rank sums' permutation covariance, continuity-corrected)"
     return TestResult(statistic=t_obs, p_value=min(1.0, max(p, 0.0)), n=int(n), detail=detail)
+
+
+def _reaches(t: np.ndarray, bound: float) -> np.ndarray:
+    """Which statistics reach ``bound``, allowing for rounding in sums of ranks (a relative 1e-9)."""
+    return t >= bound - 1e-9 * max(1.0, abs(bound))
 
 
 def _max_normal_sf(t: float, corr: np.ndarray) -> float:
