@@ -14,11 +14,15 @@ front of it where a test needs to see or disturb the traffic.
 - The API key, read from the variable the config names, reaches the server and appears in no file a
   run writes (outputs, logs, the response cache) nor in its console output.
 - The plan refuses Min-K%++ on an http model, naming the method and the reason.
+- A second server hosts a copy of the model without a chat template (a base model's server): it refuses chat turns,
+  and the engine then sends them as raw text, the same ids, log-probabilities and completions as the local engine
+  on that copy (which falls back alike); a chat-only API keeps the server's error.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -27,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,10 +64,17 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def vllm_server() -> Iterator[str]:
     """vLLM's OpenAI-compatible server on the CPU build, hosting the embedded model; its base URL."""
+    with serving(resolve_model_path("smollm2-135m")) as url:
+        yield url
+
+
+@contextmanager
+def serving(model_path: str) -> Iterator[str]:
+    """vLLM's OpenAI-compatible server on 127.0.0.1 hosting ``model_path`` in float32 as ``SERVED``; its base URL."""
     port = free_port()
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
     args = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve_model_path("smollm2-135m"),
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
         "--served-model-name", SERVED, "--dtype", "float32", "--max-model-len", "1024",
         "--enforce-eager",  # as contamray's own vLLM engine: no torch.compile (~1.5 min of a CPU start)
         "--host", "127.0.0.1", "--port", str(port),
@@ -91,6 +103,24 @@ def vllm_server() -> Iterator[str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def templateless(tmp_path_factory) -> Iterator[tuple[str, str]]:
+    """The embedded model without its chat template (a base model's checkpoint: the weights linked, the template file
+    gone, none in the tokenizer's config) behind its own vLLM server; (base URL, checkpoint path)."""
+    source, copy = Path(resolve_model_path("smollm2-135m")), tmp_path_factory.mktemp("templateless")
+    for item in source.iterdir():
+        if item.name == "chat_template.jinja":
+            continue
+        if item.name == "tokenizer_config.json":
+            config = json.loads(item.read_text())
+            config.pop("chat_template", None)
+            (copy / item.name).write_text(json.dumps(config))
+        else:
+            (copy / item.name).symlink_to(item)
+    with serving(str(copy)) as url:
+        yield url, str(copy)
 
 
 @pytest.fixture(scope="module")
@@ -449,3 +479,38 @@ def test_a_run_through_the_api_never_writes_the_key(vllm_server: str, tmp_path: 
     leaks = [str(p) for p in written if secret.encode() in p.read_bytes()]
     assert not leaks, leaks
     assert secret not in proc.stdout and secret not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_server_without_a_chat_template_gets_the_raw_text_as_the_local_engine_reads_it(templateless, caplog) -> None:
+    from contamray.engines.base import has_chat_template
+    from contamray.engines.hf import HFEngine
+
+    url, path = templateless
+    local = HFEngine(path, dtype="float32", batch_size=4)
+    assert not has_chat_template(local.tokenizer)
+    refused = httpx.post(f"{url}/tokenize", json={"model": SERVED, "messages": [{"role": "user", "content": "Hi"}],
+                                                  "add_generation_prompt": True})  # fmt: skip
+    assert refused.status_code == 400 and "chat template" in refused.text  # the server cannot render a chat turn
+
+    engine = http_engine(url)
+    question, replies = ["What is the capital of France?"] * 2, ["", "Paris"]
+    with caplog.at_level(logging.WARNING, logger="contamray.engines.http"):
+        remote = engine.score(question, replies=replies)
+    assert caplog.text.count("has no chat template") == 1  # warned once, not per request
+    lo = local.score(question, replies=replies)
+    for r, x in zip(remote, lo, strict=True):
+        assert not r.error and r.token_ids == x.token_ids and r.prompt_tokens == x.prompt_tokens > 0
+        assert max(abs(a - b) for a, b in zip(r.token_logprobs, x.token_logprobs)) <= CROSS_TOL
+    plain = engine.score(["What is the capital of France? Paris"])[0]  # the raw text, the reply after a space
+    assert remote[1].token_ids == plain.token_ids
+
+    fresh = http_engine(url)  # the first chat completion's own refusal switches it to raw text
+    greedy = Sampling(max_tokens=12)
+    got, want = fresh.complete(PROMPTS, greedy, chat=True), local.complete(PROMPTS, greedy, chat=True)
+    assert not any(c.error for c in got)
+    assert [(c.text, c.sample_ids) for c in got] == [(c.text, c.sample_ids) for c in want]
+    assert [c.text for c in got] == [c.text for c in fresh.complete(PROMPTS, greedy)]  # = the raw prompts'
+
+    only = http_engine(url, api="openai_chat").complete(PROMPTS[:1], greedy)[0]  # no raw completion to fall back on
+    assert only.error and "chat template" in only.error and not only.text

@@ -31,6 +31,13 @@ What it sends (``httpx``, one request per prompt, at most ``max_concurrent_reque
   message: a chat-only model has no raw completion, so its chat template always applies); there is no
   scoring (no prompt log-probabilities), so the plan skips the methods that score text on such a model
   (``Method.scores_text``), with the reason in the report.
+- a model without a chat template (a base model's server): the server refuses to render a chat turn (vLLM answers
+  400, "... you must provide a chat template if the tokenizer does not define one"). On the first such answer the
+  engine warns once and, as the local engines do (``base.encode_prompts``, ``base.plain_reply``), sends chat requests
+  as the raw text from then on: a generation as ``POST /v1/completions`` with the prompt, a chat-rendered score as the
+  text's ids (special tokens added) and the reply's after a space. A method asking both forms then sees them alike
+  and says so (``methods/closed/prompt_forms.py``). Not with ``api: openai_chat``, which has no raw completion: its
+  error stays the row's.
 - the model's context: ``max_model_len`` from the config, else ``GET /v1/models`` (vLLM reports
   ``max_model_len``); like vLLM locally, one position is kept for the generated token.
 
@@ -86,6 +93,7 @@ from contamray.engines.base import (
     check_window,
     keep_head,
     mark_replies,
+    plain_reply,
     score_rolling,
     token_limits,
     warn_truncated,
@@ -110,6 +118,18 @@ CHAT_ONLY_NO_SCORES = (
 
 class RequestFailed(Exception):
     """A request that failed for good (after its retries, or with a status that is not retried)."""
+
+
+class NoChatTemplate(RequestFailed):
+    """The server cannot render a chat turn: its model has no chat template (a 400 answer that says so)."""
+
+
+def says_no_chat_template(status: int, text: str) -> bool:
+    """Whether an answer is a server's refusal to render a chat turn for want of a template (vLLM's 400: "...
+    you must provide a chat template if the tokenizer does not define one"; transformers' "tokenizer.chat_template
+    is not set")."""
+    lowered = text.lower()
+    return status == 400 and ("chat template" in lowered or "chat_template is not set" in lowered)
 
 
 def http_cache_dir() -> Path:
@@ -274,6 +294,7 @@ class HTTPEngine:
         self._configured_len = int(max_model_len) if max_model_len else None
         self._model_len: int | None = None
         self._len_lock = threading.Lock()
+        self._raw_chat = False  # the server said its model has no chat template: chat requests go as raw text
 
     def __repr__(self) -> str:  # never the key
         return f"HTTPEngine(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
@@ -321,7 +342,9 @@ class HTTPEngine:
                 reason = f"HTTP {response.status_code} {response.reason_phrase}: {self._scrub(response.text)[:300]}"
                 history.append(reason)
                 if response.status_code not in RETRY_STATUSES:
-                    raise RequestFailed(self._failure(path, history, attempt + 1, retried=False))
+                    failed = NoChatTemplate if says_no_chat_template(response.status_code, response.text) else (
+                        RequestFailed)  # fmt: skip
+                    raise failed(self._failure(path, history, attempt + 1, retried=False))
                 retry_after = retry_after_seconds(response.headers.get("retry-after"))
             if attempt + 1 < attempts:
                 time.sleep(backoff_seconds(attempt, self.backoff_s, self.backoff_max_s, retry_after, self.rng))
@@ -330,6 +353,13 @@ class HTTPEngine:
     def _failure(self, path: str, history: list[str], attempts: int, retried: bool = True) -> str:
         how = "not retried (the status is not a transient one)" if not retried else f"after {attempts} attempt(s)"
         return self._scrub(f"{self.name}: POST {path} failed {how}: " + "; ".join(history))
+
+    def _without_template(self, err: NoChatTemplate) -> None:
+        """From now on send chat requests as raw text (the server's model has no chat template); warn once."""
+        if not self._raw_chat:
+            log.warning("%s: the server's model has no chat template (%s); chat requests use the raw text (a reply "
+                        "after a space), as the local engines do", self.name, str(err)[-160:])  # fmt: skip
+        self._raw_chat = True
 
     def _map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``fn`` over ``items`` on the engine's pool (its concurrency limit), results in order."""
@@ -377,13 +407,21 @@ class HTTPEngine:
     def _tokenize_reply(self, prompt: str, reply: str) -> tuple[list[int], list[int]]:
         """``prompt`` as one user turn in the server's chat template with the generation prompt, and ``reply``'s ids
         (no special tokens) to follow it: ``base.with_replies`` on the server's tokenizer (``api: vllm``, as ``score``
-        asks); the turn's length says where the reply's scores start (``TokenScores.prompt_tokens``)."""
-        turn = self.post("/tokenize", {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                                       "add_generation_prompt": True, "add_special_tokens": False},
-                         billable=False)  # fmt: skip
+        asks); the turn's length says where the reply's scores start (``TokenScores.prompt_tokens``). A model without a
+        chat template: the raw text's ids and the reply after a space (``base.scored_ids``' fallback)."""
+        turn: list[int] | None = None
+        if not self._raw_chat:
+            try:
+                turn = [int(t) for t in self.post("/tokenize", {
+                    "model": self.model, "messages": [{"role": "user", "content": prompt}],
+                    "add_generation_prompt": True, "add_special_tokens": False}, billable=False)["tokens"]]  # fmt: skip
+            except NoChatTemplate as err:
+                self._without_template(err)
+        if turn is None:
+            turn, reply = self._tokenize(prompt), plain_reply(reply)
         tail = self.post("/tokenize", {"model": self.model, "prompt": reply, "add_special_tokens": False},
                          billable=False) if reply else {"tokens": []}  # fmt: skip
-        return [int(t) for t in turn["tokens"]], [int(t) for t in tail["tokens"]]
+        return turn, [int(t) for t in tail["tokens"]]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids as the server's tokenizer gives them, special tokens included (``api: vllm``)."""
@@ -425,7 +463,7 @@ class HTTPEngine:
             body["seed"] = int(sampling.seed)
         if self.api == "vllm":
             body["return_token_ids"] = True
-        chat = chat or self.api == "openai_chat"  # a chat-only model has no raw completion
+        chat = (chat and not self._raw_chat) or self.api == "openai_chat"  # a chat-only model has no raw completion
         if chat:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -438,6 +476,12 @@ class HTTPEngine:
         text = body.get("prompt") or body["messages"][0]["content"]
         try:
             choices = _choices(answer := self.post(path, body, guess_tokens(text, body["max_tokens"] * body["n"])))
+        except NoChatTemplate as err:
+            if self.api == "openai_chat":  # no raw completion to fall back on
+                return Completion(text="", error=str(err))
+            self._without_template(err)
+            raw = {k: v for k, v in body.items() if k != "messages"} | {"prompt": text}
+            return self._complete_one(("/v1/completions", raw, copies))
         except RequestFailed as err:
             return Completion(text="", error=str(err))
         chat = path.endswith("chat/completions")
