@@ -260,6 +260,18 @@ def test_the_cell_hash_holds_the_variable_name_not_the_key(monkeypatch) -> None:
     assert plan.cell_hash(plan.cells[0]) == before  # a new key is the same model: cells are reused
 
 
+def test_only_a_refusal_for_want_of_a_chat_template_switches_to_raw_text() -> None:
+    from contamray.engines.http import says_no_chat_template
+
+    vllm = ('{"error": {"message": "As of transformers v4.44, default chat template is no longer allowed, so you must '
+            'provide a chat template if the tokenizer does not define one.", "type": "BadRequestError", "code": 400}}')
+    assert says_no_chat_template(400, vllm)
+    assert says_no_chat_template(400, "Cannot use chat template functions because tokenizer.chat_template is not set")
+    assert not says_no_chat_template(500, vllm)  # a server error is retried, not read as a missing template
+    assert not says_no_chat_template(400, "Refused request with untrusted chat template.")  # a template it has
+    assert not says_no_chat_template(400, "This model's maximum context length is 1024 tokens")
+
+
 def test_backoff_honours_retry_after_and_grows_with_jitter() -> None:
     import random
 

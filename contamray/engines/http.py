@@ -124,12 +124,16 @@ class NoChatTemplate(RequestFailed):
     """The server cannot render a chat turn: its model has no chat template (a 400 answer that says so)."""
 
 
+NO_TEMPLATE_PHRASES = ("must provide a chat template", "chat_template is not set", "no chat template",
+                       "does not have a chat template")  # fmt: skip
+
+
 def says_no_chat_template(status: int, text: str) -> bool:
     """Whether an answer is a server's refusal to render a chat turn for want of a template (vLLM's 400: "...
     you must provide a chat template if the tokenizer does not define one"; transformers' "tokenizer.chat_template
-    is not set")."""
+    is not set"), not another 400 that mentions templates."""
     lowered = text.lower()
-    return status == 400 and ("chat template" in lowered or "chat_template is not set" in lowered)
+    return status == 400 and any(phrase in lowered for phrase in NO_TEMPLATE_PHRASES)
 
 
 def http_cache_dir() -> Path:
