@@ -35,9 +35,8 @@ What it sends (``httpx``, one request per prompt, at most ``max_concurrent_reque
   400, "... you must provide a chat template if the tokenizer does not define one"). On the first such answer the
   engine warns once and, as the local engines do (``base.encode_prompts``, ``base.plain_reply``), sends chat requests
   as the raw text from then on: a generation as ``POST /v1/completions`` with the prompt, a chat-rendered score as the
-  text's ids (special tokens added) and the reply's after a space. A method asking both forms then sees them alike
-  and says so (``methods/closed/prompt_forms.py``). Not with ``api: openai_chat``, which has no raw completion: its
-  error stays the row's.
+  text's ids (special tokens added) and the reply's after a space - the local engines' ids exactly. Not with
+  ``api: openai_chat``, which has no raw completion: its error stays the row's.
 - the model's context: ``max_model_len`` from the config, else ``GET /v1/models`` (vLLM reports
   ``max_model_len``); like vLLM locally, one position is kept for the generated token.
 
