@@ -298,6 +298,7 @@ class HTTPEngine:
         self._model_len: int | None = None
         self._len_lock = threading.Lock()
         self._raw_chat = False  # the server said its model has no chat template: chat requests go as raw text
+        self._raw_chat_lock = threading.Lock()
 
     def __repr__(self) -> str:  # never the key
         return f"HTTPEngine(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
@@ -358,11 +359,14 @@ class HTTPEngine:
         return self._scrub(f"{self.name}: POST {path} failed {how}: " + "; ".join(history))
 
     def _without_template(self, err: NoChatTemplate) -> None:
-        """From now on send chat requests as raw text (the server's model has no chat template); warn once."""
-        if not self._raw_chat:
-            log.warning("%s: the server's model has no chat template (%s); chat requests use the raw text (a reply "
-                        "after a space), as the local engines do", self.name, str(err)[-160:])  # fmt: skip
-        self._raw_chat = True
+        """From now on send chat requests as raw text (the server's model has no chat template); warn once, whichever
+        of the engine's threads meet the refusal first."""
+        with self._raw_chat_lock:
+            if self._raw_chat:
+                return
+            self._raw_chat = True
+        log.warning("%s: the server's model has no chat template (%s); chat requests use the raw text (a reply after a "
+                    "space), as the local engines do", self.name, str(err)[-160:])  # fmt: skip
 
     def _map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``fn`` over ``items`` on the engine's pool (its concurrency limit), results in order."""
