@@ -346,8 +346,8 @@ class HTTPEngine:
                 reason = f"HTTP {response.status_code} {response.reason_phrase}: {self._scrub(response.text)[:300]}"
                 history.append(reason)
                 if response.status_code not in RETRY_STATUSES:
-                    failed = NoChatTemplate if says_no_chat_template(response.status_code, response.text) else (
-                        RequestFailed)  # fmt: skip
+                    refused = says_no_chat_template(response.status_code, response.text)
+                    failed = NoChatTemplate if refused else RequestFailed
                     raise failed(self._failure(path, history, attempt + 1, retried=False))
                 retry_after = retry_after_seconds(response.headers.get("retry-after"))
             if attempt + 1 < attempts:
