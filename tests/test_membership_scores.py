@@ -654,6 +654,15 @@ def test_both_forms_decide_by_one_joint_test_over_their_units():
     crossed = [dict(r, score=-r["score"]) if not r["is_reference"] else r for r in few]
     undecided = method.settle(method.reduce(pd.DataFrame(crossed), grouped), grouped)
     assert undecided.decision == "inconclusive" and "its smallest possible p is 0.0571" in undecided.reason
+    # ... unless the sum of the two standardised rank sums can go lower: here the units' summed ranks have one most
+    # extreme arrangement (the learned units: raw ranks 5 6 7, chat 4 6 7; the held-out's chat ranks 5 1 2 3), so the
+    # sum decides, exactly, at one test's 1 / 35
+    (raw_x, raw_y), (chat_x, chat_y) = ([5.0, 6, 7], [1.0, 2, 3, 4]), ([4.5, 6.5, 7.5], [5.0, 1.5, 2.5, 3.5])
+    summed = [dict(r, score=raw_x[i // 4], score_chat=chat_x[i // 4]) for i, r in enumerate(few[:12])]  # learned
+    summed += [dict(r, score=raw_y[i // 4], score_chat=chat_y[i // 4]) for i, r in enumerate(few[12:])]  # held-out
+    by_sum = method.settle(method.reduce(pd.DataFrame(summed), grouped), grouped)
+    assert by_sum.decision == "contaminated" and by_sum.p_value == pytest.approx(1 / 35), by_sum.reason
+    assert "the sum of the standardised rank sums" in by_sum.details["summary"]
     # against another benchmark (mode: distribution) both forms' verdict is labelled as such, as one form's is
     shift = method.make_config({"reference": "heldout", "units": "rows", "chat": "both", "mode": "distribution"})
     other = [dict(r, partition=OTHER) for r in reference]

@@ -389,23 +389,53 @@ def test_the_joint_exact_p_counts_the_arrangements_whose_larger_rank_sum_reaches
 
 
 @pytest.mark.parametrize(("n_x", "n_y", "rho", "kind"), [
-    (4, 4, 0.9, "exact"), (6, 6, 0.0, "exact"), (20, 20, 0.5, "normal"), (15, 60, 0.95, "normal"),
-    (20, 40, 0.5, "coarse"),
+    (4, 4, 0.9, "exact"), (6, 6, 0.0, "exact"), (3, 4, 0.5, "exact"), (3, 4, 0.9, "exact"), (20, 20, 0.5, "normal"),
+    (15, 60, 0.95, "normal"), (20, 40, 0.5, "coarse"),
 ])  # fmt: skip
 def test_the_joint_test_holds_alpha_under_the_null_whatever_the_forms_correlation(n_x, n_y, rho, kind):
-    """Both forms exchangeable between the sides (the null), correlated by ``rho``; coarse: 0/1 scores."""
+    """Both forms exchangeable between the sides (the null), correlated by ``rho``; coarse: 0/1 scores. Told alpha,
+    as the held-out tests call it: on 3 units against 4 the largest z mostly cannot reach it and the sum decides."""
     rng = np.random.default_rng(5)
     reps = 300 if kind == "coarse" else 1000
-    flagged = 0
+    flagged, summed = 0, 0
     for _ in range(reps):
         a = rng.normal(size=n_x + n_y)
         b = rho * a + np.sqrt(1 - rho**2) * rng.normal(size=n_x + n_y)
         if kind == "coarse":
             a, b = (a > 0.8).astype(float), (b > 0.8).astype(float)
-        test = joint_mann_whitney_greater([(a[:n_x], a[n_x:]), (b[:n_x], b[n_x:])], seed=int(rng.integers(1 << 30)))
+        test = joint_mann_whitney_greater([(a[:n_x], a[n_x:]), (b[:n_x], b[n_x:])], seed=int(rng.integers(1 << 30)),
+                                          alpha=0.05)  # fmt: skip
         assert test.detail["null"].startswith({"exact": "exact", "normal": "normal", "coarse": "sequential"}[kind])
         flagged += test.p_value <= 0.05
+        summed += test.detail["statistic"] == "sum"
     assert flagged / reps <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / reps), (kind, flagged)
+    assert (summed > reps / 4) == (n_x == 3), summed  # the sum only where the largest could not reach alpha
+
+
+def test_where_the_largest_z_cannot_reach_alpha_the_sum_of_the_forms_decides_exactly():
+    """3 units against 4, the forms ranking different units highest: two arrangements tie at the largest z's maximum
+    (p >= 2 / 35 = 0.057), while the units' summed ranks (x: 9, 12, 14; y: 6, 3, 5, 7) have one most extreme
+    arrangement, the observed one: p = 1 / 35 with the sum, chosen because alpha = 0.05 was out of the largest's
+    reach."""
+    raw = ([5.0, 6, 7], [1.0, 2, 3, 4])  # ranks x 5 6 7, y 1 2 3 4
+    chat = ([4.5, 6.5, 7.5], [5.0, 1.5, 2.5, 3.5])  # ranks x 4 6 7, y 5 1 2 3: the top three are y0, x1, x2
+    largest = joint_mann_whitney_greater([raw, chat])
+    assert largest.detail["statistic"] == "max" and largest.p_value == pytest.approx(2 / 35)
+    assert largest.detail["min_p"] == pytest.approx(2 / 35)
+    summed = joint_mann_whitney_greater([raw, chat], alpha=0.05)
+    assert summed.detail["statistic"] == "sum" and summed.p_value == pytest.approx(1 / 35)
+    assert (summed.detail["min_p"], summed.detail["min_p_max"]) == (pytest.approx(1 / 35), pytest.approx(2 / 35))
+    assert "the sum of the standardised rank sums" in summed.detail["null"]
+    assert summed.statistic == pytest.approx(sum(summed.detail["z"]))
+    # by hand: the share of arrangements whose summed ranks reach the observed 35
+    ranks = stats.rankdata(np.concatenate(raw)) + stats.rankdata(np.concatenate(chat))
+    by_hand = np.mean([ranks[list(c)].sum() >= 35 for c in itertools.combinations(range(7), 3)])
+    assert summed.p_value == pytest.approx(by_hand)
+    # alpha within the largest's reach: it stays (the sum would lose power where one form alone moves)
+    assert joint_mann_whitney_greater([raw, chat], alpha=0.06).detail["statistic"] == "max"
+    # forms in reverse order of each other: every unit's summed ranks are equal, the sum cannot move - the largest stays
+    crossed = joint_mann_whitney_greater([([5.0, 6, 7], [1.0, 2, 3, 4]), ([3.0, 2, 1], [7.0, 6, 5, 4])], alpha=0.05)
+    assert crossed.detail["statistic"] == "max" and crossed.detail["min_p"] == pytest.approx(2 / 35)
 
 
 def test_the_joint_test_is_as_sharp_as_one_test_when_the_forms_agree_and_bonferroni_when_they_do_not():

@@ -25,7 +25,8 @@
 - ``joint_mann_whitney_greater``: several scores of the same units tested at once (the largest standardised rank sum,
   its permutation null - exact, Monte Carlo or the rank sums' multivariate normal): a held-out test asked in two
   prompt forms (``methods/closed/prompt_forms``), valid whatever their dependence, as sharp as one test when they
-  agree (Westfall & Young 1993).
+  agree (Westfall & Young 1993); on so few units that the largest could not reach alpha, the sum of the standardised
+  rank sums instead (O'Brien 1984), chosen from the pooled units so the exact null still holds.
 - ``stratified_exact_greater``: one-sided exact conditional test of "correct is independent of the group (a
   or b) within every stratum" in 2 x 2 x K tables, H1: group a does better (a common odds ratio above 1) - the
   exact version of the Cochran-Mantel-Haenszel test (Birch 1964; Gart 1970; Agresti 2013, "Categorical Data
@@ -330,7 +331,7 @@ JOINT_MC_MAX = 199_999  # ... or after this many (p >= 1 / (JOINT_MC_MAX + 1))
 
 
 def joint_mann_whitney_greater(
-    forms: Sequence[tuple[Sequence[float], Sequence[float]]], seed: int = 0
+    forms: Sequence[tuple[Sequence[float], Sequence[float]]], seed: int = 0, alpha: float | None = None
 ) -> TestResult:
     """One-sided Mann-Whitney tests of several scores of the *same* units at once, by the largest of their
     standardised rank sums (the max-T permutation test: Westfall & Young 1993, "Resampling-Based Multiple Testing",
@@ -349,8 +350,20 @@ def joint_mann_whitney_greater(
     any stop; else the multivariate normal of the standardised rank sums with their permutation covariance (the rank
     sums' exact first two moments; the normal limit Mann-Whitney's own approximation uses). A form whose values all
     tie cannot move and is left out; none left: p = 1.
-    ``statistic``: the largest standardised rank sum; ``detail["z"]``: each form's; ``detail["min_p"]`` (exact null
-    only): the smallest p any arrangement could give - above alpha, no outcome could be significant.
+    ``alpha`` (exact null only): when no arrangement could take the largest standardised rank sum to ``alpha`` - on few
+    units, forms that rank different units highest make several arrangements tie at its maximum (3 units against 4:
+    2 / 35 = 0.057) - the statistic is the *sum* of the standardised rank sums instead when it can go lower (O'Brien
+    1984, "Procedures for comparing samples with multiple endpoints", Biometrics 40: the sum of the endpoints'
+    ranks, here with its exact permutation null; its most extreme arrangement is usually unique: one test's
+    1 / C(n, n_x)). The choice depends on the pooled units alone, which every arrangement shares, so given them the
+    chosen statistic's permutation p is exact and the level stays alpha (a randomization test is exact with any
+    statistic, here one picked by a function the arrangements leave unchanged: Lehmann & Romano 2005, "Testing
+    Statistical Hypotheses", 3rd ed., sec. 15.2). The sum loses power where one form alone moves, but it is taken
+    only where the largest could decide nothing.
+    ``statistic``: the statistic used (``detail["statistic"]``: ``max`` or ``sum``); ``detail["z"]``: each form's
+    standardised rank sum; ``detail["min_p"]`` (exact null only): the smallest p any arrangement could give with the
+    statistic used - above alpha, no outcome could be significant (``detail["min_p_max"]``: the largest's, when the
+    sum replaced it).
     """
     if not forms:
         raise ValueError("joint_mann_whitney_greater: no form given")
@@ -367,7 +380,8 @@ def joint_mann_whitney_greater(
     cov = scale * centred @ centred.T  # permutation covariance of the forms' rank sums
     sd = np.sqrt(np.diag(cov))
     live = sd > 1e-12
-    detail: dict[str, Any] = {"n_x": int(n_x), "n_y": int(n_y), "forms": len(forms), "forms_varying": int(live.sum())}
+    detail: dict[str, Any] = {"n_x": int(n_x), "n_y": int(n_y), "forms": len(forms), "forms_varying": int(live.sum()),
+                              "statistic": "max"}  # fmt: skip
     if n_x == 0 or n_y == 0 or not live.any():
         return TestResult(statistic=0.0, p_value=1.0, n=int(n), detail={**detail, "null": "nothing can vary"})
     centred, sd = centred[live], sd[live]
@@ -383,10 +397,20 @@ def joint_mann_whitney_greater(
     if arrangements <= JOINT_EXACT_LIMIT:
         picks = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), n_x)), dtype=np.int64,
                             count=arrangements * n_x).reshape(arrangements, n_x)  # fmt: skip
-        t = largest(picks)
-        p = float(np.mean(_reaches(t, t_obs)))
-        detail["min_p"] = float(np.mean(_reaches(t, float(t.max()))))  # the smallest p any arrangement could give
+        z = centred[:, picks].sum(axis=2) / sd[:, None]  # every arrangement's z of every form
+        t = z.max(axis=0)
+        floor = float(np.mean(_reaches(t, float(t.max()))))  # the smallest p any arrangement could give
         detail["null"] = f"exact (every one of {arrangements} arrangements)"
+        if alpha is not None and floor > alpha and live.sum() > 1:
+            total = z.sum(axis=0)
+            floor_sum = float(np.mean(_reaches(total, float(total.max()))))
+            if floor_sum < floor:  # the sum can go lower: it decides (chosen from the pooled units alone)
+                detail.update(statistic="sum", min_p_max=floor)
+                t, t_obs, floor = total, float(z_obs.sum()), floor_sum
+                detail["null"] += (f"; the sum of the standardised rank sums, as their largest could not go below "
+                                   f"{detail['min_p_max']:.3g}")  # fmt: skip
+        p = float(np.mean(_reaches(t, t_obs)))
+        detail["min_p"] = floor
     elif coarse:  # Besag & Clifford (1991) sequential Monte Carlo: stop at JOINT_MC_HITS arrangements reaching t_obs
         rng = np.random.default_rng(seed)
         hits = draws = 0

@@ -12,9 +12,12 @@ null that moves each unit's pair of scores together) - valid whatever the depend
 as one test when they agree: when both forms rank the same units highest (a partition both find surer) its smallest p
 is one test's 1 / C(n, n_x), where Bonferroni's is twice that (a 20-row slice of 3 or 4 units a side - Winogrande's
 twins, HellaSwag's runs - can then reach 1 / 35 = 0.029, never Bonferroni's 0.025 per form); when they rank different
-units highest, it is 2 / C(n, n_x). When the forms' units differ (a row failed in one form only), ``p = min(1, 2
-min(p_raw, p_chat))`` (Bonferroni: each test is valid, P(min p <= alpha / 2) <= alpha). Inconclusive when neither form
-could reach alpha (alpha / 2 for Bonferroni), or the joint test's smallest possible p is above alpha. A model without
+units highest, it is 2 / C(n, n_x) (0.057 there). Where that is above alpha, the statistic is the sum of the two
+standardised rank sums instead when it can go lower (usually to one test's 1 / C(n, n_x) again): chosen from the
+pooled units alone, so the test stays exact (``joint_mann_whitney_greater``'s ``alpha``). When the forms' units
+differ (a row failed in one form only), ``p = min(1, 2 min(p_raw, p_chat))`` (Bonferroni: each test is valid,
+P(min p <= alpha / 2) <= alpha). Inconclusive when neither form could reach alpha (alpha / 2 for Bonferroni), or the
+joint test's smallest possible p (with either statistic) is above alpha. A model without
 a chat template gets the raw text in both forms (the engines warn), so both forms repeat one test: the summary says so
 when the two forms scored alike on every row.
 """
@@ -91,10 +94,12 @@ def combine_forms(
         reason = (f"both prompt forms: {reasons[score]}" if shared
                   else "; ".join(f"{forms[c]}: {reasons[c]}" for c in forms))  # fmt: skip
     if joint and p_values:
-        test = joint_mann_whitney_greater([(u.x, u.y) for u in units])
+        test = joint_mann_whitney_greater([(u.x, u.y) for u in units], alpha=cfg.alpha)
         p_value = test.p_value
         sizes = f"{len(units[0].x)} + {len(units[0].y)}"
-        how = (f"joint test of the 2 prompt forms over the same {sizes} units (the larger standardised rank sum; "
+        statistic = ("the larger standardised rank sum" if test.detail["statistic"] == "max"
+                     else "the sum of the standardised rank sums")  # fmt: skip
+        how = (f"joint test of the 2 prompt forms over the same {sizes} units ({statistic}; "
                f"null: {test.detail['null']}): p = {p_value:.3g}")  # fmt: skip
         floor = test.detail.get("min_p")
         if not reason and floor is not None and floor > cfg.alpha:
