@@ -407,8 +407,6 @@ def joint_mann_whitney_greater(
             if floor_sum < floor:  # the sum can go lower: it decides (chosen from the pooled units alone)
                 detail.update(statistic="sum", min_p_max=floor)
                 t, t_obs, floor = total, float(z_obs.sum()), floor_sum
-                detail["null"] += (f"; the sum of the standardised rank sums, as their largest could not go below "
-                                   f"{detail['min_p_max']:.3g}")  # fmt: skip
         p = float(np.mean(_reaches(t, t_obs)))
         detail["min_p"] = floor
     elif coarse:  # Besag & Clifford (1991) sequential Monte Carlo: stop at JOINT_MC_HITS arrangements reaching t_obs

@@ -98,7 +98,8 @@ def combine_forms(
         p_value = test.p_value
         sizes = f"{len(units[0].x)} + {len(units[0].y)}"
         statistic = ("the larger standardised rank sum" if test.detail["statistic"] == "max"
-                     else "the sum of the standardised rank sums")  # fmt: skip
+                     else f"the sum of the standardised rank sums, as the larger could not go below "
+                          f"{test.detail['min_p_max']:.3g}")  # fmt: skip
         how = (f"joint test of the 2 prompt forms over the same {sizes} units ({statistic}; "
                f"null: {test.detail['null']}): p = {p_value:.3g}")  # fmt: skip
         floor = test.detail.get("min_p")
