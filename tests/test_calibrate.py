@@ -99,6 +99,26 @@ def test_set_overrides_a_config_field_and_labels_the_row() -> None:
     assert "| `min_k` | 0 / 1 |" in markdown and "| `min_k` (chat=both) | 1 / 2 |" in markdown
 
 
+def test_each_method_is_calibrated_as_its_preset_configures_a_run() -> None:
+    """The preset's values (``conf/method/<name>.yaml``: both prompt forms for the membership scores and the held-out
+    accuracy gap, where the Config's own default is the papers' raw form), then the cheap settings, the seed and the
+    overrides; a preset's interpolation (``seed: ${run.seed}``) is a composed run's and is left out."""
+    from contamray.methods.base import get_method
+    from contamray.presets import method_params
+    from contamray.validate.calibrate import _config
+
+    for name in ("min_k", "heldout_accuracy"):
+        method = get_method(name)
+        assert method.make_config({}).chat is False  # a library caller's default
+        cfg, own = _config(method, name, {}, seed=3)
+        assert (cfg.chat, cfg.reference, own) == ("both", "heldout", {})
+        assert _config(method, name, {"chat": False}, seed=3)[0].chat is False
+    sharded = get_method("sharded_likelihood")
+    assert "seed" not in method_params("sharded_likelihood", sharded.Config)
+    cfg, _ = _config(sharded, "sharded_likelihood", {}, seed=3)
+    assert (cfg.seed, cfg.num_shards, cfg.permutations_per_shard) == (3, 5, 10)
+
+
 @pytest.mark.slow
 def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_model(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
@@ -106,8 +126,9 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     """The whole loop on a generated benchmark the model never saw: 3 slices of 12 rows spread over 70 rows of
     ``synthetic_facts``; the 34 rows left make two held-out blocks, so Min-K% and zlib decide the first two
     slices (these rows are independent draws: every row is a unit) and leave the third untested; one scoring
-    pass serves both; a progress line counts the 6 slices. ``overrides`` (``--set chat=both``) reach the config:
-    the rows are labelled and each example is scored in the chat form too."""
+    pass serves both; a progress line counts the 6 slices. Each method runs as its preset configures it (the
+    membership scores in both prompt forms: each example scored raw and in the chat form); ``overrides``
+    (``--set chat=false``) reach the config: the rows are labelled, and the raw form's scores are reused."""
     from contamray.benchmarks import load_records
     from contamray.engines import resolve_model_path
     from contamray.engines.hf import HFEngine
@@ -120,11 +141,12 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
         table = calibrate({"synthetic_facts": records}, engines, ["min_k", "zlib_ratio"], n_slices=3, size=12)
     assert list(table["method"]) == ["min_k"] * 2 + ["zlib_ratio"] * 2 and list(table["slice"]) == [0, 1] * 2
     assert set(table["decision"]) <= {"clean", "contaminated"}, table
-    assert len(engines.cache) == 4 * 12  # two slices and their two held-out blocks, scored once for both methods
-    assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text
-    chat = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=3, size=12, overrides={"chat": "both"})
-    assert list(chat["settings"]) == ["chat=both"] * 2 and set(chat["decision"]) <= {"clean", "contaminated"}, chat
-    # the raw form's scores reused, each row's chat form asked in one request: the engine says where its reply starts
+    # two slices and their two held-out blocks, in both prompt forms (the presets' chat: both), scored once for both
+    # methods; each row's chat form asked in one request: the engine says where its reply starts
     assert len(engines.cache) == 4 * 12 * 2
     chat_outputs = [out for (_, key), out in engines.cache.items() if key[3]]  # key[3]: chat
     assert len(chat_outputs) == 4 * 12 and all(out.prompt_tokens > 1 for out in chat_outputs)
+    assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text
+    raw = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=3, size=12, overrides={"chat": False})
+    assert list(raw["settings"]) == ["chat=False"] * 2 and set(raw["decision"]) <= {"clean", "contaminated"}, raw
+    assert len(engines.cache) == 4 * 12 * 2  # the raw form's scores reused

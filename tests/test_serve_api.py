@@ -207,6 +207,7 @@ def test_health_docs_and_catalog_open_or_authenticated(server) -> None:
     methods = requests.get(f"{url}/v1/methods", headers=auth(), timeout=60).json()
     min_k = next(m for m in methods["methods"] if m["name"] == "min_k")
     assert min_k["parameters"]["k"] == 0.2 and min_k["family"] == "closed" and "Shi et al" in min_k["citation"]
+    assert min_k["parameters"]["chat"] == "both"  # the preset's value, over the Config's (the papers') default
     assert methods["models"] == list(server["settings"].allow.models)
     assert "methods.*.n_samples" in methods["check_keys"] and "run.limit" in methods["job_keys"]
     benchmarks = requests.get(f"{url}/v1/benchmarks", headers=auth(), timeout=60).json()["benchmarks"]

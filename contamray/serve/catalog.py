@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from contamray.experiments import CONF_DIR
+from contamray.presets import method_params, preset
 
 
 def method_entry(label: str) -> dict[str, Any]:
     from contamray.methods.base import get_method
 
-    preset = _preset("method", label)
-    name = str(preset.get("method", label))
+    name = str(preset("method", label).get("method", label))
     method = get_method(name)
     params = {}
+    chosen = method_params(label, method.Config)
     for f in dataclasses.fields(method.Config):
-        if f.name in preset and not _interpolated(preset[f.name]):
-            params[f.name] = preset[f.name]
+        if f.name in chosen:
+            params[f.name] = chosen[f.name]
         elif f.default is not dataclasses.MISSING:
             params[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
@@ -58,8 +55,7 @@ def method_entry(label: str) -> dict[str, Any]:
 def benchmark_entry(label: str) -> dict[str, Any]:
     from contamray.benchmarks import get_adapter
 
-    preset = _preset("benchmark", label)
-    adapter = get_adapter(str(preset["adapter"]))
+    adapter = get_adapter(str(preset("benchmark", label)["adapter"]))
     return {
         "name": label,
         "adapter": adapter.name,
@@ -94,14 +90,6 @@ def _bullets_and_paragraphs(doc: str) -> list[str]:
         else:
             blocks[-1].append(text)
     return [" ".join(b) for b in blocks if b]
-
-
-def _preset(group: str, name: str) -> dict[str, Any]:
-    return yaml.safe_load((Path(CONF_DIR) / group / f"{name}.yaml").read_text()) or {}
-
-
-def _interpolated(value: Any) -> bool:
-    return isinstance(value, str) and "${" in value
 
 
 def _plain(value: Any) -> Any:

@@ -17,9 +17,12 @@ sorted by subject, topical runs) - the numbers are reported (README, between
 The engine answers are shared between methods that send the same text (``SharedEngines``), so Min-K%++,
 Min-K%, perplexity and zlib pay for one scoring pass per example.
 
-``--set KEY=VALUE`` (repeatable) calibrates another configuration than the default: each method whose config has
-the field ``KEY`` runs with ``VALUE`` (YAML, e.g. ``--set chat=both`` for the membership scores' chat form), and
-its rows are labelled with it (``min_k (chat=both)``); a key no chosen method has is refused.
+Each method is calibrated as a run configures it by default - its preset, ``conf/method/<name>.yaml`` (the membership
+scores and the held-out accuracy gap in both prompt forms, ``chat: both``) - with cheaper settings where many slices
+need them (``PARAMS``: fewer shards and permutations, fewer generated tokens) and a held-out of the same split.
+``--set KEY=VALUE`` (repeatable) calibrates another configuration: each method whose config has the field ``KEY``
+runs with ``VALUE`` (YAML, e.g. ``--set chat=false`` for the papers' raw form alone), and its rows are labelled with
+it (``min_k (chat=false)``); a key no chosen method has is refused.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from contamray import logs
 from contamray.engines.dedup import Dedup, content_key
 from contamray.methods.base import Method, Output, Request, Verdict, get_method
 from contamray.pipeline.progress import Progress
+from contamray.presets import method_params
 from contamray.records import Record
 from contamray.stats.clusters import topic_key
 
@@ -198,11 +202,12 @@ def _fields(method: Method) -> set[str]:
 
 
 def _config(method: Method, name: str, overrides: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
-    """The method's calibration config (its cheap ``PARAMS``, the seed, the overrides it has a field for) and those
-    overrides."""
+    """The method's calibration config - a run's (its preset, ``conf/method/<name>.yaml``), then its cheap
+    ``PARAMS``, the seed and the overrides it has a field for - and those overrides."""
     fields = _fields(method)
     own = {k: v for k, v in overrides.items() if k in fields}
-    return method.make_config({**PARAMS.get(name, {}), **({"seed": seed} if "seed" in fields else {}), **own}), own
+    seeded = {"seed": seed} if "seed" in fields else {}
+    return method.make_config({**method_params(name, method.Config), **PARAMS.get(name, {}), **seeded, **own}), own
 
 
 def check_overrides(methods: Sequence[str], overrides: dict[str, Any]) -> None:
