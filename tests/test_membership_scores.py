@@ -649,9 +649,9 @@ def test_both_forms_decide_by_one_joint_test_over_their_units():
     summary = decided.details["summary"]
     assert decided.decision == "contaminated" and decided.p_value == pytest.approx(1 / 35), summary
     assert "over the same 3 + 4 units" in summary and "every one of 35 arrangements" in summary
-    # the forms disagreeing on which units rank highest: two arrangements reach the largest statistic, so no outcome
-    # could go below 2 / 35 = 0.057 - inconclusive, saying why
-    crossed = [dict(r, score=-r["score"]) if not r["is_reference"] else r for r in few]
+    # the forms ranking the units in reverse of each other: two arrangements reach the largest statistic, and every
+    # arrangement has the same sum of the two, so no outcome could go below 2 / 35 = 0.057 - inconclusive, saying why
+    crossed = [dict(r, score=-r["score_chat"]) for r in few]
     undecided = method.settle(method.reduce(pd.DataFrame(crossed), grouped), grouped)
     assert undecided.decision == "inconclusive" and "its smallest possible p is 0.0571" in undecided.reason
     # ... unless the sum of the two standardised rank sums can go lower: here the units' summed ranks have one most
@@ -662,7 +662,8 @@ def test_both_forms_decide_by_one_joint_test_over_their_units():
     summed += [dict(r, score=raw_y[i // 4], score_chat=chat_y[i // 4]) for i, r in enumerate(few[12:])]  # held-out
     by_sum = method.settle(method.reduce(pd.DataFrame(summed), grouped), grouped)
     assert by_sum.decision == "contaminated" and by_sum.p_value == pytest.approx(1 / 35), by_sum.reason
-    assert "the sum of the standardised rank sums, as the larger could not go below 0.0571" in by_sum.details["summary"]
+    assert ("the sum of the standardised rank sums, equal sums ordered by the larger, as the larger alone could not "
+            "go below 0.0571") in by_sum.details["summary"]
     # against another benchmark (mode: distribution) both forms' verdict is labelled as such, as one form's is
     shift = method.make_config({"reference": "heldout", "units": "rows", "chat": "both", "mode": "distribution"})
     other = [dict(r, partition=OTHER) for r in reference]

@@ -432,7 +432,15 @@ def test_where_the_largest_z_cannot_reach_alpha_the_sum_of_the_forms_decides_exa
     assert summed.p_value == pytest.approx(by_hand)
     # alpha within the largest's reach: it stays (the sum would lose power where one form alone moves)
     assert joint_mann_whitney_greater([raw, chat], alpha=0.06).detail["statistic"] == "max"
-    # forms in reverse order of each other: every unit's summed ranks are equal, the sum cannot move - the largest stays
+    # sums of a few integer ranks tie often: equal sums are ordered by their largest z. Summed ranks x 7, 12, 14 and
+    # y 6, 5, 7, 5 put two arrangements at the top sum (x0 or y2 beside x1, x2); the observed one has the larger z
+    tied = ([5.0, 6, 7], [1.0, 2, 3, 4]), ([2.0, 6, 7], [5.0, 3, 4, 1])
+    assert joint_mann_whitney_greater(list(tied)).p_value == pytest.approx(2 / 35)
+    broken = joint_mann_whitney_greater(list(tied), alpha=0.05)
+    assert (broken.detail["statistic"], broken.p_value, broken.detail["min_p"]) == ("sum", pytest.approx(1 / 35),
+                                                                                     pytest.approx(1 / 35))
+    # forms in reverse order of each other: every unit's summed ranks are equal, and the two arrangements of the
+    # largest z tie again - the sum cannot go lower, the largest stays
     crossed = joint_mann_whitney_greater([([5.0, 6, 7], [1.0, 2, 3, 4]), ([3.0, 2, 1], [7.0, 6, 5, 4])], alpha=0.05)
     assert crossed.detail["statistic"] == "max" and crossed.detail["min_p"] == pytest.approx(2 / 35)
 

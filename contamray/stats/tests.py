@@ -354,12 +354,13 @@ def joint_mann_whitney_greater(
     units, forms that rank different units highest make several arrangements tie at its maximum (3 units against 4:
     2 / 35 = 0.057) - the statistic is the *sum* of the standardised rank sums instead when it can go lower (O'Brien
     1984, "Procedures for comparing samples with multiple endpoints", Biometrics 40: the sum of the endpoints'
-    ranks, here with its exact permutation null; its most extreme arrangement is usually unique: one test's
-    1 / C(n, n_x)). The choice depends on the pooled units alone, which every arrangement shares, so given them the
-    chosen statistic's permutation p is exact and the level stays alpha (a randomization test is exact with any
-    statistic, here one picked by a function the arrangements leave unchanged: Lehmann & Romano 2005, "Testing
-    Statistical Hypotheses", 3rd ed., sec. 15.2). The sum loses power where one form alone moves, but it is taken
-    only where the largest could decide nothing.
+    ranks, here with its exact permutation null), arrangements of equal sums ordered by their largest z (sums of a
+    few integer ranks tie often; the order is still a statistic of the arrangement); its most extreme arrangement is
+    then mostly unique, one test's 1 / C(n, n_x). The choice depends on the pooled units alone, which every
+    arrangement shares, so given them the chosen statistic's permutation p is exact and the level stays alpha (a
+    randomization test is exact with any statistic, here one picked by a function the arrangements leave unchanged:
+    Lehmann & Romano 2005, "Testing Statistical Hypotheses", 3rd ed., sec. 15.2). The sum loses power where one form
+    alone moves, but it is taken only where the largest could decide nothing.
     ``statistic``: the statistic used (``detail["statistic"]``: ``max`` or ``sum``); ``detail["z"]``: each form's
     standardised rank sum; ``detail["min_p"]`` (exact null only): the smallest p any arrangement could give with the
     statistic used - above alpha, no outcome could be significant (``detail["min_p_max"]``: the largest's, when the
@@ -400,14 +401,17 @@ def joint_mann_whitney_greater(
         z = centred[:, picks].sum(axis=2) / sd[:, None]  # every arrangement's z of every form
         t = z.max(axis=0)
         floor = float(np.mean(_reaches(t, float(t.max()))))  # the smallest p any arrangement could give
+        p = float(np.mean(_reaches(t, t_obs)))
         detail["null"] = f"exact (every one of {arrangements} arrangements)"
         if alpha is not None and floor > alpha and live.sum() > 1:
-            total = z.sum(axis=0)
-            floor_sum = float(np.mean(_reaches(total, float(total.max()))))
+            total, s_obs = z.sum(axis=0), float(z_obs.sum())
+            top = _ties(total, float(total.max()))
+            floor_sum = float(np.mean(top & _reaches(t, float(t[top].max()))))  # the larger breaking the sum's ties
             if floor_sum < floor:  # the sum can go lower: it decides (chosen from the pooled units alone)
+                level = _ties(total, s_obs)
+                p = float(np.mean(((total > s_obs) & ~level) | (level & _reaches(t, t_obs))))
                 detail.update(statistic="sum", min_p_max=floor)
-                t, t_obs, floor = total, float(z_obs.sum()), floor_sum
-        p = float(np.mean(_reaches(t, t_obs)))
+                t_obs, floor = s_obs, floor_sum
         detail["min_p"] = floor
     elif coarse:  # Besag & Clifford (1991) sequential Monte Carlo: stop at JOINT_MC_HITS arrangements reaching t_obs
         rng = np.random.default_rng(seed)
@@ -436,6 +440,11 @@ def joint_mann_whitney_greater(
 def _reaches(t: np.ndarray, bound: float) -> np.ndarray:
     """Which statistics reach ``bound``, allowing for rounding in sums of ranks (a relative 1e-9)."""
     return t >= bound - 1e-9 * max(1.0, abs(bound))
+
+
+def _ties(t: np.ndarray, bound: float) -> np.ndarray:
+    """Which statistics equal ``bound`` but for rounding (``_reaches``' allowance)."""
+    return np.abs(t - bound) <= 1e-9 * max(1.0, abs(bound))
 
 
 def _max_normal_sf(t: float, corr: np.ndarray) -> float:

@@ -3,23 +3,23 @@ held-out accuracy gap).
 
 A model reacts to what it was trained on in the form it was trained in: rows leaked as raw text show in raw prompts,
 rows leaked as conversations (supervised fine-tuning) in the model's chat template - and the tool cannot know how a
-model was contaminated. ``chat: both`` asks every example in both forms: the raw form keeps the requests and columns
-of ``chat: false``, the chat form's request keys carry the tag ``chat`` and its columns the suffix ``_chat``. Each
-form's held-out test is made, and the partition is decided by one test of both (``combine_forms``): when both forms
-were tested on the same units (the same rows scored, so the same groups and blocks), the joint Mann-Whitney over those
-units (``stats.tests.joint_mann_whitney_greater``: the larger of the two standardised rank sums, under the permutation
-null that moves each unit's pair of scores together) - valid whatever the dependence between the forms, and as sharp
-as one test when they agree: when both forms rank the same units highest (a partition both find surer) its smallest p
-is one test's 1 / C(n, n_x), where Bonferroni's is twice that (a 20-row slice of 3 or 4 units a side - Winogrande's
-twins, HellaSwag's runs - can then reach 1 / 35 = 0.029, never Bonferroni's 0.025 per form); when they rank different
-units highest, it is 2 / C(n, n_x) (0.057 there). Where that is above alpha, the statistic is the sum of the two
-standardised rank sums instead when it can go lower (usually to one test's 1 / C(n, n_x) again): chosen from the
-pooled units alone, so the test stays exact (``joint_mann_whitney_greater``'s ``alpha``). When the forms' units
-differ (a row failed in one form only), ``p = min(1, 2 min(p_raw, p_chat))`` (Bonferroni: each test is valid,
-P(min p <= alpha / 2) <= alpha). Inconclusive when neither form could reach alpha (alpha / 2 for Bonferroni), or the
-joint test's smallest possible p (with either statistic) is above alpha. A model without
-a chat template gets the raw text in both forms (the engines warn), so both forms repeat one test: the summary says so
-when the two forms scored alike on every row.
+model was contaminated. ``chat: both`` asks every example in both forms: the raw form keeps the requests and columns of
+``chat: false``, the chat form's request keys carry the tag ``chat`` and its columns the suffix ``_chat``. Each form's
+held-out test is made, and the partition is decided by one test of both (``combine_forms``): when both forms were tested
+on the same units (the same rows scored, so the same groups and blocks), the joint Mann-Whitney over those units
+(``stats.tests.joint_mann_whitney_greater``: the larger of the two standardised rank sums, under the permutation null
+that moves each unit's pair of scores together) - valid whatever the dependence between the forms, and as sharp as one
+test when they agree: when both forms rank the same units highest (a partition both find surer) its smallest p is one
+test's 1 / C(n, n_x), where Bonferroni's is twice that (a 20-row slice of 3 or 4 units a side - Winogrande's twins,
+HellaSwag's runs - can then reach 1 / 35 = 0.029, never Bonferroni's 0.025 per form); when they rank different units
+highest, it is 2 / C(n, n_x) (0.057 there). Where that is above alpha, the statistic is the sum of the two standardised
+rank sums instead (equal sums ordered by the larger) when it can go lower (mostly to one test's 1 / C(n, n_x) again):
+chosen from the pooled units alone, so the test stays exact (``joint_mann_whitney_greater``'s ``alpha``). When the
+forms' units differ (a row failed in one form only), ``p = min(1, 2 min(p_raw, p_chat))`` (Bonferroni: each test is
+valid, P(min p <= alpha / 2) <= alpha). Inconclusive when neither form could reach alpha (alpha / 2 for Bonferroni), or
+the joint test's smallest possible p (with either statistic) is above alpha. A model without a chat template gets the
+raw text in both forms (the engines warn), so both forms repeat one test: the summary says so when the two forms scored
+alike on every row.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def combine_forms(
         p_value = test.p_value
         sizes = f"{len(units[0].x)} + {len(units[0].y)}"
         statistic = ("the larger standardised rank sum" if test.detail["statistic"] == "max"
-                     else f"the sum of the standardised rank sums, as the larger could not go below "
-                          f"{test.detail['min_p_max']:.3g}")  # fmt: skip
+                     else f"the sum of the standardised rank sums, equal sums ordered by the larger, as the larger "
+                          f"alone could not go below {test.detail['min_p_max']:.3g}")  # fmt: skip
         how = (f"joint test of the 2 prompt forms over the same {sizes} units ({statistic}; "
                f"null: {test.detail['null']}): p = {p_value:.3g}")  # fmt: skip
         floor = test.detail.get("min_p")
