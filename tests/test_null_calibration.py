@@ -15,8 +15,8 @@ Alongside, the injected partition (the fine-tuned ARC slice) is still flagged by
 Measured (2026-11-24): Min-K%++ 1 of 20 flagged, Min-K% 0, perplexity 0, zlib 2, lowercase 1, reference ratio 0; with
 ``chat: both`` (2026-11-29) 1 each, the lowercase ratio 2; again with the two forms' joint test (2026-11-30, ``chat:
 both`` the runs' default): 1 each, the lowercase ratio 2 (2 inconclusive each, the lowercase ratio 1; with the joint
-test's sum where the larger statistic cannot reach alpha, the same flags, 1 inconclusive for Min-K%++ and perplexity, 2
-for zlib, none for the others). Before the
+test's sum where the larger statistic cannot reach alpha, the same flags, 1 inconclusive for perplexity and zlib, none
+for the others). Before the
 membership tests compared sampling units (``stats.clusters``: a contiguous slice of ``synthetic_structured`` is a
 cluster sample of entity runs, tested as blocks of consecutive rows) they flagged up to 3 (lowercase), 2 on average.
 The sharded test flags 3 (see its test: the same three slices whichever shuffles and p-value; an exact test flags >= 3
@@ -85,8 +85,8 @@ def test_membership_scores_hold_their_null_on_clean_slices(
     """The papers' raw form, and ``chat: both`` (the runs' default: each example also as a conversation in the chat
     template, the two forms decided by one joint test over the same units; measured 2026-11-30: 1 of 20 flagged by
     every score but the lowercase ratio, 2; 2 inconclusive each, the lowercase ratio 1 - and with the sum of the two
-    forms where their larger statistic cannot reach alpha, the same flags, Min-K%++ and perplexity 1 inconclusive,
-    zlib 2, the others none. With the Bonferroni
+    forms where their larger statistic cannot reach alpha, the same flags, perplexity and zlib 1 inconclusive, the
+    others none. With the Bonferroni
     combination before it, 2026-11-29: the same flags, 2 inconclusive each - 4 blocks a side cannot reach alpha /
     2). The chat form alone (``chat: true``, not asserted) flagged 1-2 of 20, the lowercase ratio 4 - the same
     slices its raw form finds low (p 0.014-0.081)."""

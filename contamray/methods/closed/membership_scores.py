@@ -51,12 +51,12 @@ copies packed, 1 epoch; ``tests/test_membership_scores.py``: raw form p = 0.17 /
 perplexity, chat form 1.3e-5 / 2.3e-6 / 1.6e-6, the unseen pair clean), as are the forms' arithmetic and decision.
 Under the base model, on the README's calibration slices (5 contiguous slices of 20 rows of ARC, HellaSwag, MMLU and
 Winogrande; ``contamray calibrate``, which runs the presets), ``chat: both`` flagged 3 of 50 decided tests of the five
-scores with Bonferroni (2026-11-29), 4 of 53 with the joint test of the two forms, and 4 of 77 once the joint test
+scores with Bonferroni (2026-11-29), 4 of 53 with the joint test of the two forms, and 4 of 88 once the joint test
 came to use the forms' sum where their larger statistic cannot reach alpha (2026-11-30, ``prompt_forms``): 3 or 4
 sampling units a side on Winogrande and HellaSwag, where the two forms rank different units highest, so the larger
-statistic's smallest p is 2 / C(7, 3) = 0.057; the sum's is 1 / 35 unless it ties too (then inconclusive: 10 of the
-25 Winogrande and 8 of the 25 HellaSwag tests of the five scores; Bonferroni's alpha / 2 was out of reach of every
-such slice).
+statistic's smallest p is 2 / C(7, 3) = 0.057; the sum's (equal sums ordered by the larger) is 1 / 35 unless it ties
+too (then inconclusive: 1 of the 25 Winogrande and 6 of the 25 HellaSwag tests of the five scores; Bonferroni's
+alpha / 2 was out of reach of every such slice).
 
 Partition-level decision (``reduce``): a membership score means little alone - its level depends on the
 text (length, vocabulary, how web-like it is) as much as on training - so the partition's scores are
