@@ -273,7 +273,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", type=Path, default=Path("README.md"))
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method config value (YAML), for each method that has the key, e.g. chat=both")  # fmt: skip
+                   help="a method config value (YAML), for each method that has the key, e.g. chat=false")  # fmt: skip
     return p
 
 
