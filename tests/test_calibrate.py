@@ -148,5 +148,5 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     assert len(chat_outputs) == 4 * 12 and all(out.prompt_tokens > 1 for out in chat_outputs)
     assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text
     raw = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=3, size=12, overrides={"chat": False})
-    assert list(raw["settings"]) == ["chat=False"] * 2 and set(raw["decision"]) <= {"clean", "contaminated"}, raw
+    assert list(raw["settings"]) == ["chat=false"] * 2 and set(raw["decision"]) <= {"clean", "contaminated"}, raw
     assert len(engines.cache) == 4 * 12 * 2  # the raw form's scores reused

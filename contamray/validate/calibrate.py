@@ -178,7 +178,7 @@ def calibrate(
         for name in methods:
             method = get_method(name)
             cfg, own = _config(method, name, overrides, seed)
-            settings = ", ".join(f"{k}={v}" for k, v in own.items())
+            settings = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in own.items())
             started = time.perf_counter()
             uses_reference = bool(method.reference_benchmark(cfg, bench))
             for k, part in enumerate(parts):
