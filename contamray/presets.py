@@ -27,9 +27,8 @@ def interpolated(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
-def method_params(label: str, config: type) -> dict[str, Any]:
-    """The values the method preset ``label`` sets for the fields of ``config`` (the method's ``Config``), without
-    interpolations."""
-    values = preset("method", label)
+def method_params(values: dict[str, Any], config: type) -> dict[str, Any]:
+    """The values a method preset (``preset("method", label)``) sets for the fields of ``config`` (the method's
+    ``Config``), without interpolations."""
     return {f.name: values[f.name] for f in dataclasses.fields(config)
             if f.name in values and not interpolated(values[f.name])}  # fmt: skip

@@ -104,7 +104,7 @@ def test_each_method_is_calibrated_as_its_preset_configures_a_run() -> None:
     accuracy gap, where the Config's own default is the papers' raw form), then the cheap settings, the seed and the
     overrides; a preset's interpolation (``seed: ${run.seed}``) is a composed run's and is left out."""
     from contamray.methods.base import get_method
-    from contamray.presets import method_params
+    from contamray.presets import method_params, preset
     from contamray.validate.calibrate import _config
 
     for name in ("min_k", "heldout_accuracy"):
@@ -114,7 +114,7 @@ def test_each_method_is_calibrated_as_its_preset_configures_a_run() -> None:
         assert (cfg.chat, cfg.reference, own) == ("both", "heldout", {})
         assert _config(method, name, {"chat": False}, seed=3)[0].chat is False
     sharded = get_method("sharded_likelihood")
-    assert "seed" not in method_params("sharded_likelihood", sharded.Config)
+    assert "seed" not in method_params(preset("method", "sharded_likelihood"), sharded.Config)
     cfg, _ = _config(sharded, "sharded_likelihood", {}, seed=3)
     assert (cfg.seed, cfg.num_shards, cfg.permutations_per_shard) == (3, 5, 10)
 

@@ -20,10 +20,11 @@ from contamray.presets import method_params, preset
 def method_entry(label: str) -> dict[str, Any]:
     from contamray.methods.base import get_method
 
-    name = str(preset("method", label).get("method", label))
+    values = preset("method", label)
+    name = str(values.get("method", label))
     method = get_method(name)
     params = {}
-    chosen = method_params(label, method.Config)
+    chosen = method_params(values, method.Config)
     for f in dataclasses.fields(method.Config):
         if f.name in chosen:
             params[f.name] = chosen[f.name]

@@ -392,13 +392,13 @@ def joint_mann_whitney_greater(
     arrangements = math.comb(n, n_x)
     coarse = any(2 * np.unique(np.concatenate([x, y])).size <= n
                  for (x, y), varies in zip(zip(xs, ys, strict=True), live, strict=True) if varies)  # fmt: skip
-    def largest(picks: np.ndarray) -> np.ndarray:  # each arrangement's (a row of x-side units) largest z
-        return (centred[:, picks].sum(axis=2) / sd[:, None]).max(axis=0)
+    def zs(picks: np.ndarray) -> np.ndarray:  # each form's z (rows) of each arrangement (a row of x-side units)
+        return centred[:, picks].sum(axis=2) / sd[:, None]
 
     if arrangements <= JOINT_EXACT_LIMIT:
         picks = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), n_x)), dtype=np.int64,
                             count=arrangements * n_x).reshape(arrangements, n_x)  # fmt: skip
-        z = centred[:, picks].sum(axis=2) / sd[:, None]  # every arrangement's z of every form
+        z = zs(picks)
         t = z.max(axis=0)
         floor = float(np.mean(_reaches(t, float(t.max()))))  # the smallest p any arrangement could give
         p = float(np.mean(_reaches(t, t_obs)))
@@ -419,7 +419,7 @@ def joint_mann_whitney_greater(
         while draws < JOINT_MC_MAX:
             size = min(1000, JOINT_MC_MAX - draws)
             picks = rng.permuted(np.tile(np.arange(n), (size, 1)), axis=1)[:, :n_x]
-            reached = np.flatnonzero(_reaches(largest(picks), t_obs))
+            reached = np.flatnonzero(_reaches(zs(picks).max(axis=0), t_obs))
             if hits + reached.size >= JOINT_MC_HITS:
                 draws += int(reached[JOINT_MC_HITS - hits - 1]) + 1
                 hits = JOINT_MC_HITS

@@ -46,7 +46,7 @@ from contamray import logs
 from contamray.engines.dedup import Dedup, content_key
 from contamray.methods.base import Method, Output, Request, Verdict, get_method
 from contamray.pipeline.progress import Progress
-from contamray.presets import method_params
+from contamray.presets import method_params, preset
 from contamray.records import Record
 from contamray.stats.clusters import topic_key
 
@@ -207,7 +207,8 @@ def _config(method: Method, name: str, overrides: dict[str, Any], seed: int) -> 
     fields = _fields(method)
     own = {k: v for k, v in overrides.items() if k in fields}
     seeded = {"seed": seed} if "seed" in fields else {}
-    return method.make_config({**method_params(name, method.Config), **PARAMS.get(name, {}), **seeded, **own}), own
+    run = method_params(preset("method", name), method.Config)
+    return method.make_config({**run, **PARAMS.get(name, {}), **seeded, **own}), own
 
 
 def check_overrides(methods: Sequence[str], overrides: dict[str, Any]) -> None:
