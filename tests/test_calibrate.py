@@ -12,6 +12,7 @@ from contamray.records import Record
 from contamray.validate.calibrate import (
     END,
     START,
+    check_heldouts,
     check_overrides,
     heldouts,
     parse_overrides,
@@ -44,6 +45,23 @@ def test_heldout_blocks_are_disjoint_outside_the_slices_and_seeded() -> None:
     assert len(blocks) == 4 and len(ids) == len(set(ids)) == 40 and not set(ids) & taken
     assert [r.id for r in heldouts(rows, parts, seed=0)[0]] == [r.id for r in blocks[0]]
     assert len(heldouts(rows, slices(rows, 7, 10, spread=True), seed=0)) == 3  # 30 rows left: three blocks of 10
+
+
+def test_too_many_slices_for_their_heldouts_are_refused_naming_the_benchmark_and_the_fix() -> None:
+    """25 slices of 20 rows fill a 500-row split: no rows are left for the held-out blocks the membership scores
+    compare each slice with. Refused before any model loads (it had tested nothing and crashed on the empty
+    table), naming the benchmark, the methods and the largest --slices that fits; a method with no held-out (the
+    sharded test) is not concerned."""
+    rows = {"synthetic_facts": _rows(500)}
+    with pytest.raises(ValueError) as err:
+        check_heldouts(rows, ["sharded_likelihood", "min_k", "zlib_ratio"], n_slices=25, size=20)
+    message = str(err.value)
+    assert message.startswith("synthetic_facts: its split has 500 rows") and "min_k, zlib_ratio" in message
+    assert "use --slices 12 or fewer" in message and "sharded_likelihood" not in message
+    check_heldouts(rows, ["sharded_likelihood"], n_slices=25, size=20)  # no held-out: every slice tested
+    check_heldouts(rows, ["min_k", "zlib_ratio"], n_slices=12, size=20)  # 240 rows in slices, 260 left
+    with pytest.raises(ValueError, match="use --slices 12 or fewer"):
+        check_heldouts(rows, ["min_k"], n_slices=13, size=20)
 
 
 def test_a_slice_of_one_topic_takes_its_heldout_from_that_topic() -> None:
@@ -123,11 +141,12 @@ def test_each_method_is_calibrated_as_its_preset_configures_a_run() -> None:
 def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_model(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The whole loop on a generated benchmark the model never saw: 3 slices of 12 rows spread over 70 rows of
-    ``synthetic_facts``; the 34 rows left make two held-out blocks, so Min-K% and zlib decide the first two
-    slices (these rows are independent draws: every row is a unit) and leave the third untested; one scoring
-    pass serves both; a progress line counts the 6 slices. Each method runs as its preset configures it (the
-    membership scores in both prompt forms: each example scored raw and in the chat form); ``overrides``
+    """The whole loop on a generated benchmark the model never saw: 2 slices of 12 rows spread over 70 rows of
+    ``synthetic_facts``, each with a held-out block of 12 of the 46 rows left, so Min-K% and zlib decide both
+    slices (these rows are independent draws: every row is a unit; a third slice would leave rows for two blocks
+    only, and is refused: ``check_heldouts``); one scoring pass serves both; a progress line counts the 4 slices.
+    Each method runs as its preset configures it (the membership scores in both prompt forms: each example scored
+    raw and in the chat form); ``overrides``
     (``--set chat=false``) reach the config: the rows are labelled, and the raw form's scores are reused."""
     from contamray.benchmarks import load_records
     from contamray.engines import resolve_model_path
@@ -138,7 +157,7 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     records = load_records("synthetic_facts", config="set2", split="test").records[:70]
     engines = SharedEngines({"target": HFEngine(resolve_model_path("smollm2-135m"), dtype="float32", batch_size=16)})
     with caplog.at_level("INFO", logger="contamray"):
-        table = calibrate({"synthetic_facts": records}, engines, ["min_k", "zlib_ratio"], n_slices=3, size=12)
+        table = calibrate({"synthetic_facts": records}, engines, ["min_k", "zlib_ratio"], n_slices=2, size=12)
     assert list(table["method"]) == ["min_k"] * 2 + ["zlib_ratio"] * 2 and list(table["slice"]) == [0, 1] * 2
     assert set(table["decision"]) <= {"clean", "contaminated"}, table
     # two slices and their two held-out blocks, in both prompt forms (the presets' chat: both), scored once for both
@@ -146,7 +165,7 @@ def test_calibrate_decides_each_slice_against_its_own_heldout_with_the_embedded_
     assert len(engines.cache) == 4 * 12 * 2
     chat_outputs = [out for (_, key), out in engines.cache.items() if key[3]]  # key[3]: chat
     assert len(chat_outputs) == 4 * 12 and all(out.prompt_tokens > 1 for out in chat_outputs)
-    assert any("calibrate: done 6/6 slices" in r.getMessage() for r in caplog.records), caplog.text
-    raw = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=3, size=12, overrides={"chat": False})
+    assert any("calibrate: done 4/4 slices" in r.getMessage() for r in caplog.records), caplog.text
+    raw = calibrate({"synthetic_facts": records}, engines, ["min_k"], n_slices=2, size=12, overrides={"chat": False})
     assert list(raw["settings"]) == ["chat=false"] * 2 and set(raw["decision"]) <= {"clean", "contaminated"}, raw
     assert len(engines.cache) == 4 * 12 * 2  # the raw form's scores reused

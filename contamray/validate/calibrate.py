@@ -169,6 +169,7 @@ def calibrate(
     docstring)."""
     overrides = dict(overrides or {})
     check_overrides(methods, overrides)
+    check_heldouts(benchmarks, methods, n_slices, size, seed, overrides)
     rows = []
     total = sum(len(slice_starts(len(r), n_slices, size, spread=True)) for r in benchmarks.values()) * len(methods)
     progress = Progress("calibrate", total, unit="slices")
@@ -182,9 +183,6 @@ def calibrate(
             started = time.perf_counter()
             uses_reference = bool(method.reference_benchmark(cfg, bench))
             for k, part in enumerate(parts):
-                if uses_reference and k >= len(held):
-                    progress.update(1)
-                    continue  # no rows left for its held-out: not tested
                 reference = engines.run(method, held[k], cfg) if uses_reference else None
                 v = decide(method, cfg, engines.run(method, part, cfg), reference)
                 progress.update(1)
@@ -195,6 +193,34 @@ def calibrate(
             log.info("calibrate: %s on %s: %d slices in %.0f s", name, bench, len(parts), time.perf_counter() - started)
     progress.close()
     return pd.DataFrame(rows)
+
+
+def check_heldouts(
+    benchmarks: dict[str, list[Record]],
+    methods: Sequence[str],
+    n_slices: int,
+    size: int,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """Raise ValueError, before any model loads, when a chosen method compares each slice with a held-out block
+    and a benchmark's split has too few rows outside the slices to give every slice its own: naming the benchmark,
+    its rows, the methods and the largest ``--slices`` that fits (a slice and its block take ``2 x size`` rows).
+    Untested slices would otherwise leave the table short of what was asked, and the flag rate over fewer."""
+    configs = {name: _config(get_method(name), name, overrides or {}, seed)[0] for name in methods}
+    for bench, records in benchmarks.items():
+        users = [name for name, cfg in configs.items() if get_method(name).reference_benchmark(cfg, bench)]
+        if not users:
+            continue
+        parts = slices(records, n_slices, size, spread=True)
+        held = heldouts(records, parts, seed)
+        if len(held) < len(parts):
+            fits = len(records) // (2 * size)
+            raise ValueError(
+                f"{bench}: its split has {len(records)} rows; {len(parts)} slices of {size} rows leave rows for "
+                f"{len(held)} held-out blocks, and {', '.join(users)} compare each slice with a block of its own; "
+                f"use --slices {fits} or fewer (or a smaller --size), or leave those methods out (--methods)"
+            )
 
 
 def _fields(method: Method) -> set[str]:
@@ -307,14 +333,15 @@ def main(argv: list[str]) -> int:
         print(f"contamray calibrate: unknown benchmark(s) {unknown} (choices: {', '.join(adapter_names())}), or "
               f"method(s) {bad} (choices: {', '.join(METHODS)}), or --slices < 1 / --size < 2", file=sys.stderr)
         return 2
+    mirror = args.mirror_dir or os.environ.get("CONTAMRAY_MIRROR_DIR")
     try:
         overrides = parse_overrides(args.set)
         check_overrides(methods, overrides)
+        benchmarks = {b: load_records(b, mirror_dir=mirror).records for b in names}  # whole splits: slices spread
+        check_heldouts(benchmarks, methods, args.slices, args.size, args.seed, overrides)
     except ValueError as exc:
         print(f"contamray calibrate: {exc}", file=sys.stderr)
         return 2
-    mirror = args.mirror_dir or os.environ.get("CONTAMRAY_MIRROR_DIR")
-    benchmarks = {b: load_records(b, mirror_dir=mirror).records for b in names}  # whole splits: slices spread
     spec = EngineSpec(source=args.model, backend="hf", dtype="auto", name="calibrate", batch_size=16)
     engines = SharedEngines({"target": build_engine(spec)})
     started = time.time()
