@@ -218,7 +218,7 @@ def check_heldouts(
             fits = len(records) // (2 * size)
             raise ValueError(
                 f"{bench}: its split has {len(records)} rows; {len(parts)} slices of {size} rows leave rows for "
-                f"{len(held)} held-out blocks, and {', '.join(users)} compare each slice with a block of its own; "
+                f"{len(held)} held-out blocks, and each slice needs a block of its own for {', '.join(users)}; "
                 f"use --slices {fits} or fewer (or a smaller --size), or leave those methods out (--methods)"
             )
 
