@@ -12,6 +12,7 @@ from contamray.records import Record
 from contamray.validate.calibrate import (
     END,
     START,
+    benchmark_rows,
     check_heldouts,
     check_overrides,
     heldouts,
@@ -63,6 +64,16 @@ def test_too_many_slices_for_their_heldouts_are_refused_naming_the_benchmark_and
     check_heldouts(rows, ["min_k", "zlib_ratio"], n_slices=12, size=20)  # 240 rows in slices, 260 left
     with pytest.raises(ValueError, match="use --slices 12 or fewer"):
         check_heldouts(rows, ["min_k"], n_slices=13, size=20)
+
+
+def test_a_benchmark_entry_may_name_its_config() -> None:
+    """``--benchmarks synthetic_facts:set4`` calibrates on another draw of the generator (the default config
+    without one); a config the benchmark lacks is a ValueError naming the choices (calibrate exits 2 with it)."""
+    rows = benchmark_rows("synthetic_facts:set4", None)
+    assert len(rows) == 500 and rows[0].id.startswith("synthetic_facts/set4/test#")
+    assert benchmark_rows("synthetic_facts", None)[0].id.startswith("synthetic_facts/default/test#")
+    with pytest.raises(ValueError, match="no config 'set99'; use one of: default, set1"):
+        benchmark_rows("synthetic_facts:set99", None)
 
 
 def test_a_slice_of_one_topic_takes_its_heldout_from_that_topic() -> None:

@@ -290,7 +290,8 @@ def parser() -> argparse.ArgumentParser:
         f"between {START} and {END}.",
     )
     p.add_argument("--model", default="smollm2-135m", help="model source (hub id, local dir or smollm2-135m)")
-    p.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated benchmark adapters")
+    p.add_argument("--benchmarks", default=",".join(BENCHMARKS),
+                   help="comma-separated benchmark adapters, each with an optional :config (synthetic_facts:set4)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated closed-data methods")
     p.add_argument("--slices", type=int, default=10, help="slices per benchmark (default 10)")
     p.add_argument("--size", type=int, default=20, help="rows per slice (default 20)")
@@ -317,16 +318,25 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def benchmark_rows(spec: str, mirror: str | None) -> list[Record]:
+    """The rows of ``--benchmarks``' entry ``adapter`` (its default config and split) or ``adapter:config``
+    (e.g. ``synthetic_facts:set4``: another draw of a generated benchmark)."""
+    from contamray.benchmarks import load_records
+
+    adapter, _, config = spec.partition(":")
+    return load_records(adapter, config=config or None, mirror_dir=mirror).records
+
+
 def main(argv: list[str]) -> int:
     import os
 
-    from contamray.benchmarks import adapter_names, load_records
+    from contamray.benchmarks import adapter_names
     from contamray.engines import EngineSpec, build_engine
 
     args = parser().parse_args(argv)
     logs.configure()
     names = [b for b in args.benchmarks.split(",") if b]
-    unknown = [b for b in names if b not in adapter_names()]
+    unknown = [b for b in names if b.partition(":")[0] not in adapter_names()]
     methods = [m for m in args.methods.split(",") if m]
     bad = [m for m in methods if m not in METHODS]
     if unknown or bad or args.slices < 1 or args.size < 2:
@@ -337,7 +347,7 @@ def main(argv: list[str]) -> int:
     try:
         overrides = parse_overrides(args.set)
         check_overrides(methods, overrides)
-        benchmarks = {b: load_records(b, mirror_dir=mirror).records for b in names}  # whole splits: slices spread
+        benchmarks = {b: benchmark_rows(b, mirror) for b in names}  # whole splits: the slices spread over them
         check_heldouts(benchmarks, methods, args.slices, args.size, args.seed, overrides)
     except ValueError as exc:
         print(f"contamray calibrate: {exc}", file=sys.stderr)
