@@ -23,6 +23,13 @@ The sharded test flags 3 (see its test: the same three slices whichever shuffles
 of 20 with probability 0.075). Guided prompting's calibration on the same slices and model, with its measured counts,
 is ``test_null_calibration_guided.py`` (its own module, so the two run on different xdist workers).
 
+Precision: the engines score in float32, the same numbers on every CPU. The same 20 slices scored in bfloat16 (what
+``dtype: auto`` computes in on AVX-512 BF16 cores; 2026-11-30, not asserted - a different draw of the numbers) gave
+the raw form's same flags; in both forms the same but for zlib 2 and the lowercase ratio 4 (above the bar, once);
+the sharded test the same three slices (p = 0.023, 0.030, 0.024); guided prompting 2 flagged, 2 inconclusive. On
+120 further clean slices in bfloat16 under the base model (README, "Clean by construction, in the precision a run
+computes in") the lowercase ratio flagged 4 of 119, zlib 5 of 116, Min-K% 7 of 118.
+
 Engine answers are shared between methods that send the same text (Min-K%, Min-K%++, perplexity and
 zlib score the same example text), so the 20 slices cost one scoring pass per distinct text.
 """
