@@ -207,9 +207,10 @@ def check_heldouts(
     and a benchmark's split has too few rows outside the slices to give every slice its own: naming the benchmark,
     its rows, the methods and the largest ``--slices`` that fits (a slice and its block take ``2 x size`` rows).
     Untested slices would otherwise leave the table short of what was asked, and the flag rate over fewer."""
-    configs = {name: _config(get_method(name), name, overrides or {}, seed)[0] for name in methods}
+    chosen = {name: get_method(name) for name in methods}
+    configs = {name: _config(method, name, overrides or {}, seed)[0] for name, method in chosen.items()}
     for bench, records in benchmarks.items():
-        users = [name for name, cfg in configs.items() if get_method(name).reference_benchmark(cfg, bench)]
+        users = [name for name, method in chosen.items() if method.reference_benchmark(configs[name], bench)]
         if not users:
             continue
         parts = slices(records, n_slices, size, spread=True)
