@@ -275,7 +275,7 @@ def test_no_reference_is_inconclusive_and_says_what_to_set():
     method = get_method("min_k")
     v = method.reduce(table([-1.0 - i for i in range(12)], None), method.make_config({}))
     assert v.decision == "inconclusive" and not v.contaminated and v.p_value is None
-    assert "no reference configured" in v.reason and "methods.<label>.reference" in v.reason
+    assert "no reference configured" in v.reason and "benchmarks.<this benchmark's key>.heldout" in v.reason
     assert math.isnan(v.statistic) and v.details["partition"]["n"] == 12
     # the reference partition itself: a reference is configured, but not for it
     v = method.reduce(table([-1.0 - i for i in range(12)], None), method.make_config({"reference": {"x": "bench"}}))
@@ -376,29 +376,51 @@ def plan_of(*overrides: str, methods: str = "[min_k]"):
     return build_plan(cfg)
 
 
-def test_canary_plan_tests_synthetic_facts_against_its_heldout_only():
-    plan = plan_of()
+def test_canary_plan_tests_each_benchmark_against_its_own_heldout():
+    """The canary names one held-out per tested benchmark (``benchmarks.<key>.heldout``), and every held-out
+    method of the run compares with it; without ARC's and Winogrande's, they are not tested (and the plan says
+    which key to set)."""
+    plan = plan_of(methods="[min_k,cdd,ts_guessing_mc,sharded_likelihood]")
+    for method in ("min_k", "cdd", "ts_guessing_mc"):
+        deps = {c.benchmark: [d.benchmark for d in plan.dependencies(c)] for c in plan.cells if c.method == method}
+        assert deps.pop("arc_challenge") == ["arc_challenge_heldout"]
+        assert deps.pop("winogrande") == ["winogrande_heldout"]
+        assert deps.pop("synthetic_facts", ["synthetic_facts_clean"]) == ["synthetic_facts_clean"]  # mc: no options
+        assert all(v == [] for v in deps.values()), deps  # the held-outs themselves
+    assert not any("no reference partition" in w for w in plan.warnings)
+    sharded = [c for c in plan.cells if c.method == "sharded_likelihood"]
+    assert {c.benchmark for c in sharded} == set(plan.benchmarks)  # the held-outs are partitions too, clean ones
+    assert all(plan.dependencies(c) == [] for c in sharded)
+    plan = plan_of(*NO_PUBLIC_HELDOUTS)
     deps = {c.benchmark: [d.benchmark for d in plan.dependencies(c)] for c in plan.cells if c.method == "min_k"}
     assert deps["synthetic_facts"] == ["synthetic_facts_clean"]
     assert deps["arc_challenge"] == [] and deps["winogrande"] == [] and deps["synthetic_facts_clean"] == []
-    warned = [w for w in plan.warnings if "no reference partition" in w]
-    assert len(warned) == 2 and any("arc_challenge" in w for w in warned)  # not for the reference itself
+    warned = {w.split(" on ")[1].split(":")[0] for w in plan.warnings if "no reference partition" in w}
+    # not for synthetic_facts_clean, still the reference of synthetic_facts; the blocks that were held-outs are
+    # benchmarks of the run on their own now
+    assert warned == {"arc_challenge", "winogrande", "arc_challenge_heldout", "winogrande_heldout"}
+    assert any("set benchmarks.arc_challenge.heldout: <key of" in w for w in plan.warnings)
+
+
+# the canary without the held-outs it names for its public benchmarks (benchmarks.<key>.heldout)
+NO_PUBLIC_HELDOUTS = ("benchmarks.arc_challenge.heldout=null", "benchmarks.winogrande.heldout=null")
 
 
 def test_one_warning_said_by_several_methods_on_a_benchmark_is_one_line_naming_each_key():
     """Three membership scores on ARC, a contiguous block with no held-out: two warnings each (block, no
     reference), shown as two lines naming the three methods' keys - not six lines saying the same."""
-    plan = plan_of(methods="[min_k,perplexity,zlib_ratio,sharded_likelihood]")
+    plan = plan_of(*NO_PUBLIC_HELDOUTS, methods="[min_k,perplexity,zlib_ratio,sharded_likelihood]")
     on_arc = [w for w in plan.warnings if "on arc_challenge:" in w]
     block = [w for w in on_arc if "a contiguous block" in w]
     missing = [w for w in on_arc if "no reference partition" in w]
-    assert len(block) == 0  # the canary's ARC has no held-out: no held-out comparison, nothing to warn about
+    assert len(block) == 0  # no held-out for ARC here: no held-out comparison, nothing to warn about
     assert missing == [
         "methods.{min_k,perplexity,zlib_ratio}: each on arc_challenge: no reference partition, the verdict will be "
-        "inconclusive; to test it, set reference: {arc_challenge: <key of a held-out arc_challenge partition known "
-        "unseen>}"
+        "inconclusive; to test it, set benchmarks.arc_challenge.heldout: <key of a held-out arc_challenge partition "
+        "known unseen> (every held-out test of the run uses it; or this method's reference alone)"
     ]
     held = plan_of(
+        *NO_PUBLIC_HELDOUTS,
         "++methods.min_k.reference={arc_challenge:arc_late}",
         "++methods.perplexity.reference={arc_challenge:arc_late}",
         "+benchmarks.arc_late={adapter:arc_challenge,split:test,offset:100,limit:20,sample:first}",

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contamray.experiments import CONF_DIR
 from contamray.methods.base import BenchmarkFacts, Method, get_method, method_names
+from contamray.pipeline.heldouts import resolve_heldouts
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,9 @@ class Plan:
     skipped: list[tuple[Cell, str]] = field(default_factory=list)
     # plan-time warnings (power, structure), each naming the config key to change; logged by build_plan
     warnings: list[str] = field(default_factory=list)
+    # benchmark key -> its held-out's key, as ``benchmarks.<key>.heldout`` named it (``pipeline/heldouts.py``;
+    # already merged into each held-out method's ``reference``): kept to name that key in errors
+    heldouts: dict[str, str] = field(default_factory=dict)
 
     @property
     def max_unread(self) -> float:
@@ -254,6 +258,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     """Validate the composed config and lay out its cells. Raises ConfigError naming the key."""
     c = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(c, dict)
+    try:
+        c, heldouts = resolve_heldouts(c)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     engine_override = (c.get("engine") or {}).get("backend")
     # a source path the driver lacks may be on the model's nodes when the run joins a cluster (_check_source)
     sources = _Sources(on_cluster=bool((c.get("ray") or {}).get("address")))
@@ -292,6 +300,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         data=dict(c.get("data") or {}),
         ray=dict(c.get("ray") or {}),
         serve=dict(c.get("serve") or {}),
+        heldouts=heldouts,
     )
     plan.warnings += sources.warnings
     read_by = plan.ray.get("corpus_read") or "actors"
@@ -472,7 +481,8 @@ def _check_roles_and_dependencies(plan: Plan) -> None:
                 )
             problem = m.method.check_reference(cfg, plan.facts(bench), plan.facts(ref))
             if problem:
-                raise ConfigError(f"{where}.reference: {problem}")
+                named = f" (benchmarks.{bench}.heldout)" if plan.heldouts.get(bench) == ref else ""
+                raise ConfigError(f"{where}.reference{named}: {problem}")
         source = m.method.contamination_source(cfg)
         if source and (source not in plan.methods or plan.methods[source].family != "open"):
             opens = [x.label for x in plan.open_methods()]

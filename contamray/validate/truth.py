@@ -102,7 +102,10 @@ def reference_keys(config: dict[str, Any]) -> dict[str, set[str]]:
     key): yardsticks, never tested. A key mapped to a held-out of its own is tested even when it also serves as
     another's reference (a chain), as the runner files it (``Method.served_as_reference``). Keys, not
     partitions: a held-out may be other rows of the very split it is held out from (``offset``)."""
+    from contamray.pipeline.heldouts import resolve_heldouts
+
     out = {}
+    config, _ = resolve_heldouts(config)  # benchmarks.<key>.heldout: each held-out method's reference
     for label, spec in (config.get("methods") or {}).items():
         ref = (spec or {}).get("reference") if isinstance(spec, dict) else None
         given = list(ref.values()) if isinstance(ref, dict) else [ref] if ref else []

@@ -216,7 +216,7 @@ class HeldoutTest(Method):
             and bench.sample == "first"
             and bench.limit is not None
             and not _generated(bench.adapter)
-            and (self.reference_benchmark(cfg, bench.name) or is_reference)
+            and self.reference_benchmark(cfg, bench.name)  # said of the tested side, naming its held-out too
         ):
             warnings.append(
                 f"{self.name} on {bench.name}: sample=first takes {_block(bench)}, a contiguous block; a "
@@ -227,7 +227,8 @@ class HeldoutTest(Method):
         if not self.reference_benchmark(cfg, bench.name) and not is_reference:
             warnings.append(
                 f"{self.name} on {bench.name}: no reference partition, the verdict will be inconclusive; to test it, "
-                f"set reference: {{{bench.name}: <key of a held-out {bench.adapter} partition known unseen>}}"
+                f"set benchmarks.{bench.name}.heldout: <key of a held-out {bench.adapter} partition known unseen> "
+                "(every held-out test of the run uses it; or this method's reference alone)"
             )
         return warnings
 
@@ -335,14 +336,14 @@ class HeldoutTest(Method):
         if not ref:
             if not cfg.reference:
                 return (
-                    f"no reference configured: {self.name} scores mean little alone. Set methods.<label>.reference "
-                    f"to {{<this benchmark's key>: <key of a held-out {adapter} partition known unseen>}} (another "
-                    "split or draw, under benchmarks:)"
+                    f"no reference configured: {self.name} scores mean little alone. Set benchmarks.<this benchmark's "
+                    f"key>.heldout to the key of a held-out {adapter} partition known unseen (another split, draw or "
+                    "block of rows, under benchmarks:), or this method's reference to {<this key>: <that key>}"
                 )
             return (
                 "no reference rows: either this partition is itself a reference (the yardstick, never tested), or "
-                f"methods.<label>.reference maps nothing to it; to test it, map its key to a held-out {adapter} "
-                "partition known unseen"
+                f"methods.<label>.reference maps nothing to it; to test it, name a held-out {adapter} partition known "
+                "unseen in benchmarks.<its key>.heldout (or map its key to one in the reference)"
             )
         if foreign and cfg.mode == "heldout":
             return (

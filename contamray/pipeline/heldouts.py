@@ -1,0 +1,102 @@
+"""``benchmarks.<key>.heldout``: a benchmark's held-out partition, named once for every held-out test of a run.
+
+The held-out tests (the membership scores, the held-out accuracy gap, TS-Guessing, CDD, DCQ, name cloze) compare
+a partition with a partition of the same benchmark *known unseen*: each method's ``reference`` (a mapping
+benchmark key -> key of its held-out). That the held-out is unseen is the user's assertion - no run can know it
+(a held-out drawn from a split the model trained on whole is as contaminated as the partition, and the test would
+answer "clean") - so it is never drawn automatically; but it is one fact about the benchmark, not about each
+method, and a run testing a benchmark with eight held-out methods would otherwise state it eight times::
+
+    benchmarks:
+      arc_challenge: {heldout: arc_challenge_heldout}
+      arc_challenge_heldout: {adapter: arc_challenge, split: test, offset: 20, limit: 20, sample: first}
+
+``resolve_heldouts`` completes each held-out method's ``reference`` from these keys before the plan reads it: a
+method's own mapping wins for the benchmarks it names, and a method whose ``reference`` is one key (the same
+reference for every benchmark) keeps it. The key leaves the benchmark's spec, so a run that names its held-outs
+either way plans - and hashes - the same cells. The plan checks the held-out as it checks a method's reference
+(the same benchmark, rows that cannot overlap), naming this key in its errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from typing import Any
+
+from contamray.methods.base import get_method
+
+log = logging.getLogger(__name__)
+
+KEY = "heldout"
+
+
+def has_reference(spec: Any) -> bool:
+    """Whether the method a ``methods.<label>`` block selects compares with a reference partition (its Config has
+    ``reference``)."""
+    if not isinstance(spec, dict):
+        return False
+    try:
+        method = get_method(str(spec.get("method")))
+    except KeyError:
+        return False  # an unknown method: the plan names it
+    return any(f.name == "reference" for f in dataclasses.fields(method.Config))
+
+
+def benchmark_heldouts(benchmarks: dict[str, Any]) -> dict[str, str]:
+    """Benchmark key -> its held-out's key, from ``benchmarks.<key>.heldout``. Raises ValueError naming the key
+    when the value is not another benchmark of the run reading the same dataset."""
+    out: dict[str, str] = {}
+    for name, spec in benchmarks.items():
+        if not isinstance(spec, dict) or spec.get(KEY) in (None, ""):
+            continue
+        value, where = spec[KEY], f"benchmarks.{name}.{KEY}"
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected the key of another benchmark of this run, got {value!r}")
+        if value == name:
+            raise ValueError(f"{where}: a partition is not held out from itself; name another benchmark key, e.g. "
+                             f"{name}_heldout with adapter: {spec.get('adapter')} and rows the test does not read "
+                             "(offset with sample: first)")  # fmt: skip
+        if value not in benchmarks:
+            raise ValueError(f"{where}: {value!r} is not a benchmark of this run; add it under benchmarks: (another "
+                             f"split, draw or block of {spec.get('adapter')}), or choose one of "
+                             f"{', '.join(k for k in benchmarks if k != name)}")  # fmt: skip
+        other = benchmarks[value] if isinstance(benchmarks[value], dict) else {}
+        if other.get("adapter") != spec.get("adapter"):
+            raise ValueError(
+                f"{where}: {value} is {other.get('adapter')}, not {spec.get('adapter')}: a held-out is a partition "
+                f"of the same benchmark known unseen (a score difference between benchmarks says one is easier or "
+                "more web-like, not that it leaked); for a cross-benchmark comparison set a method's reference with "
+                "mode: distribution instead"
+            )
+        out[name] = value
+    return out
+
+
+def resolve_heldouts(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``config`` (a plain mapping, as composed) with ``benchmarks.<key>.heldout`` moved into the ``reference`` of
+    each method that has one (``has_reference``), and the held-outs found. Raises ValueError naming the key
+    (``benchmark_heldouts``)."""
+    benchmarks = config.get("benchmarks") or {}
+    if not any(isinstance(s, dict) and KEY in s for s in benchmarks.values()):
+        return config, {}
+    out = copy.deepcopy(config)
+    for name, spec in list(out["benchmarks"].items()):
+        if isinstance(spec, dict) and set(spec) == {KEY}:
+            # an experiment's held-out for a benchmark the command line deselected (benchmark=[...])
+            log.warning("benchmarks.%s: heldout set (%s) but the benchmark is not selected (benchmark=[...]); "
+                        "ignored", name, spec[KEY])  # fmt: skip
+            del out["benchmarks"][name]
+    heldouts = benchmark_heldouts(out["benchmarks"])
+    for spec in out["benchmarks"].values():
+        if isinstance(spec, dict):
+            spec.pop(KEY, None)
+    for spec in (out.get("methods") or {}).values():
+        if not heldouts or not has_reference(spec):
+            continue
+        own = spec.get("reference")
+        if isinstance(own, str) and own:
+            continue  # one reference for every benchmark: the method's own choice
+        spec["reference"] = {**heldouts, **(own if isinstance(own, dict) else {})}
+    return out, heldouts
