@@ -491,8 +491,12 @@ def test_two_keys_of_one_split_are_two_partitions_everywhere(mirror_dir):
     assert {r.partition for r in records["wg_after"]} == {f"{split}:wg_after"}
     alone, _ = load_benchmarks(plan, {"wg_after"})
     assert {r.partition for r in alone["wg_after"]} == {f"{split}:wg_after"}
+    assert {r.partition for r in load_benchmarks(plan, {"synthetic_facts"})[0]["synthetic_facts"]} == {
+        "synthetic_facts/default/test"  # alone on its split: the split's id, as before
+    }
+    # the canary's ARC shares its split with its held-out (the next rows): two keys, two partitions
     assert {r.partition for r in load_benchmarks(plan, {"arc_challenge"})[0]["arc_challenge"]} == {
-        "arc_challenge/ARC-Challenge/test"  # alone on its split: the split's id, as before
+        "arc_challenge/ARC-Challenge/test:arc_challenge"
     }
     config = OmegaConf.to_container(OmegaConf.create({"benchmarks": {n: vars(b) for n, b in plan.benchmarks.items()}}))
     truth_ids = benchmark_partitions(config)

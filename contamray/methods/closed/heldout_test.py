@@ -222,7 +222,9 @@ class HeldoutTest(Method):
                 f"{self.name} on {bench.name}: sample=first takes {_block(bench)}, a contiguous block; a "
                 "held-out comparison assumes the partition and its held-out are exchangeable draws, which a block "
                 "is not when the split's order follows content (MMLU is sorted by subject, HellaSwag runs by "
-                f"activity) - set benchmarks.{bench.name}.sample=random (and the same for its held-out)"
+                f"activity) - there, set benchmarks.{bench.name}.sample=random with a held-out drawn at random from "
+                "another split of its config (two random draws of one split may share rows, which the plan refuses); "
+                "the test cuts contiguous sides into blocks of rows, its sampling units, either way"
             )
         if not self.reference_benchmark(cfg, bench.name) and not is_reference:
             warnings.append(
