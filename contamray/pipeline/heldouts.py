@@ -15,7 +15,8 @@ method, and a run testing a benchmark with eight held-out methods would otherwis
 method's own mapping wins for the benchmarks it names, and a method whose ``reference`` is one key (the same
 reference for every benchmark) keeps it. The key leaves the benchmark's spec, so a run that names its held-outs
 either way plans - and hashes - the same cells. The plan checks the held-out as it checks a method's reference
-(the same benchmark, rows that cannot overlap), naming this key in its errors.
+(the same benchmark, rows that cannot overlap), naming this key in its errors. An experiment's ``heldout`` left for a
+benchmark the command line deselected (``benchmark=[...]``: the block holds nothing else) is ignored, with a warning.
 """
 
 from __future__ import annotations

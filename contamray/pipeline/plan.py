@@ -740,7 +740,7 @@ def _benchmark_plan(name: str, spec: Any) -> BenchmarkPlan:
     where = f"benchmarks.{name}"
     if not isinstance(spec, dict) or "adapter" not in spec:
         raise ConfigError(f"{where}: expected a mapping with `adapter` (one of {', '.join(adapter_names())})")
-    known = ("adapter", "config", "split", "limit", "sample", "offset")
+    known = ("adapter", "config", "split", "limit", "sample", "offset", "heldout")  # heldout: pipeline/heldouts.py
     unknown = sorted(set(spec) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
