@@ -390,12 +390,24 @@ def test_llm_decontaminator_retrieves_and_reads_the_judge(records, docs):
     rows = {k: r for k, r in run("llm_decontaminator", {}, records, docs, outputs=outputs)["rows"].items()}
     assert found(rows) == {"g1": IO, "a0": IL}
     assert rows["g4"]["judge_invalid"] == 1 and not rows["g4"]["contaminated"]
+    # a garbled answer is no "False": the example is undecided - an error row naming the answer, never clean
+    assert "neither True nor False for 1 of 1 candidate(s) (first: 'Maybe')" in rows["g4"]["error"]
+    assert not any(r["error"] for k, r in rows.items() if k != "g4")
     # without the judge's answers the examples with candidates are error rows
     missing = method.score(list(records.values()), result["matches"], cfg)
     assert all("no judge output" in r["error"] and "outputs=" in r["error"] for r in missing)
     verdict = method.reduce([r for k, r in rows.items() if k.startswith("g")], cfg)
     assert verdict.details["n_judged"] == len(GSM_ROWS) and verdict.details["n_judge_invalid"] == 1
-    assert verdict.rate == pytest.approx(1 / len(GSM_ROWS)) and verdict.details["n_input_only"] == 1
+    assert verdict.n_failed == 1 and verdict.rate == pytest.approx(1 / (len(GSM_ROWS) - 1))
+    assert verdict.details["n_input_only"] == 1
+    # a judge that garbles most answers (a small model judging) leaves the partition inconclusive, not clean
+    garbled = {r.key: Output(key=r.key, text="I think so") for r in requests}
+    rows = run("llm_decontaminator", {}, records, docs, outputs=garbled)["rows"]
+    settled = method.settle(method.reduce([r for k, r in rows.items() if k.startswith("g")], cfg), cfg)
+    assert settled.decision == "inconclusive" and settled.reason.startswith(
+        f"the judge answered neither True nor False for {len(GSM_ROWS)} of {len(GSM_ROWS)} examples (first: 'I think "
+        "so'): it does not follow the paper's instruction"
+    ), settled.reason
 
 
 def test_embedding_index_is_the_benchmark_side(records):

@@ -38,9 +38,9 @@ NO_VOCAB_STATS = {
 }
 # part of every cell hash: raised when what a stored cell means changes (3: three-valued verdicts; 4: long
 # texts windowed over token ids in the engine; 6: n-gram methods set template-only matches apart; 7: a chat-form
-# reply on a model without a chat template follows the raw text after a space), so no run reuses a cell computed
-# under older rules
-RESULTS_VERSION = 7
+# reply on a model without a chat template follows the raw text after a space; 8: an LLM Decontaminator example whose
+# judge answered neither True nor False is undecided, not clean), so no run reuses a cell computed under older rules
+RESULTS_VERSION = 8
 
 
 class ConfigError(ValueError):

