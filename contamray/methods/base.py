@@ -201,6 +201,11 @@ class Method:
     # that cannot give them (a chat-only API, ``api: openai_chat``), with the reason
     scores_text: ClassVar[bool] = False
 
+    @property
+    def uses_reference(self) -> bool:
+        """It compares each partition with a reference partition: its Config has ``reference``."""
+        return any(f.name == "reference" for f in dataclasses.fields(self.Config))
+
     def make_config(self, params: dict[str, Any] | None, where: str = "") -> Any:
         """Build ``Config`` from a plain dict, naming the config key on an unknown parameter."""
         params = dict(params or {})

@@ -22,7 +22,6 @@ benchmark the command line deselected (``benchmark=[...]``: the block holds noth
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 from typing import Any
 
@@ -34,15 +33,14 @@ KEY = "heldout"
 
 
 def has_reference(spec: Any) -> bool:
-    """Whether the method a ``methods.<label>`` block selects compares with a reference partition (its Config has
-    ``reference``)."""
+    """Whether the method a ``methods.<label>`` block selects compares with a reference partition
+    (``Method.uses_reference``)."""
     if not isinstance(spec, dict):
         return False
     try:
-        method = get_method(str(spec.get("method")))
+        return get_method(str(spec.get("method"))).uses_reference
     except KeyError:
         return False  # an unknown method: the plan names it
-    return any(f.name == "reference" for f in dataclasses.fields(method.Config))
 
 
 def benchmark_heldouts(benchmarks: dict[str, Any]) -> dict[str, str]:

@@ -48,7 +48,7 @@ def method_entry(label: str) -> dict[str, Any]:
         "applies": {"tasks": list(applies.tasks), "needs_choices": applies.needs_choices,
                     "min_rows": applies.min_rows},
         "partition_test": True,
-        "uses_reference": any(f.name == "reference" for f in dataclasses.fields(method.Config)),
+        "uses_reference": method.uses_reference,
         "citation": citation(method),
     }
 

@@ -210,7 +210,7 @@ class Checker:
         cached: dict[str, Any] = {}
         for label, mp in method_plans.items():
             work[f"{label}|items"] = (mp, records)
-            if reference and _uses_reference(mp):
+            if reference and mp.method.uses_reference:
                 ref_key = (model, label, _params_key(mp), reference)
                 with self._lock:
                     hit = self._references.get(ref_key)
@@ -328,13 +328,9 @@ def reduce_table(mp: Any, own: Any, reference: Any | None) -> dict[str, Any]:
     return reduce_verdict(mp.method_name, mp.label, mp.params, table)
 
 
-def _uses_reference(mp: Any) -> bool:
-    return any(f.name == "reference" for f in dataclasses.fields(mp.method.Config))
-
-
 def _with_reference(mp: Any, ref_plan: Any | None, comparison: str | None) -> Any:
     """``mp`` testing the items against ``ref_plan`` (``reference`` and ``mode`` set when the method has them)."""
-    if ref_plan is None or not _uses_reference(mp):
+    if ref_plan is None or not mp.method.uses_reference:
         return mp
     params = dict(mp.params, reference={ITEMS: ref_plan.name})
     if any(f.name == "mode" for f in dataclasses.fields(mp.method.Config)):
