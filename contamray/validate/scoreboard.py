@@ -21,7 +21,9 @@ Per method (a method label of the run config), over all labelled runs:
 Breakdowns give the share of contaminated partitions flagged, and the instance-level AUC, per
 duplication count and per kind of contamination (``form/content/order``). ``render`` writes it all
 as Markdown; ``update_readme`` replaces the text between ``<!-- scoreboard:start -->`` and
-``<!-- scoreboard:end -->``.
+``<!-- scoreboard:end -->``, or with ``merge`` (``merge_rows``) only the rows of the methods a run scored -
+a method added to the grid, or one whose rule changed, is measured without re-running every other method; the
+other rows and the note of the runs they came from are kept, the new run's note appended.
 """
 
 from __future__ import annotations
@@ -227,8 +229,9 @@ def render(runs: Sequence[LabelledRun], max_fpr: float = 0.05, note: str = "") -
     return "\n".join(lines) + "\n"
 
 
-def update_readme(readme: str | Path, markdown: str) -> None:
-    """Replace the text between the scoreboard markers in ``readme`` (both markers must be there)."""
+def update_readme(readme: str | Path, markdown: str, merge: bool = False) -> None:
+    """Replace the text between the scoreboard markers in ``readme`` (both markers must be there); with
+    ``merge``, only the rows of the methods ``markdown`` scores (``merge_rows``)."""
     path = Path(readme)
     text = path.read_text()
     if START not in text or END not in text or text.index(START) > text.index(END):
@@ -236,5 +239,70 @@ def update_readme(readme: str | Path, markdown: str) -> None:
             f"{path}: no scoreboard section; add the lines {START} and {END} (in that order) where the table goes"
         )
     head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
+    old, tail = rest.split(END, 1)
+    if merge:
+        markdown = merge_rows(old, markdown)
     path.write_text(f"{head}{START}\n{markdown.rstrip()}\n{END}{tail}")
+
+
+def _blocks(markdown: str) -> list[tuple[str, list[str]]]:
+    """The Markdown as (title, lines) blocks: each table under the text line before it ("" for a table at the
+    top), and each run of other lines as a block of its own (title None)."""
+    blocks: list[tuple[str | None, list[str]]] = []
+    title = ""
+    for line in markdown.strip("\n").splitlines():
+        is_row = line.startswith("|")
+        if not is_row and line.strip():
+            title = line.strip()
+        if blocks and (blocks[-1][0] is not None) == is_row:
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((title if is_row else None, [line]))
+    return blocks  # type: ignore[return-value]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def merge_rows(old: str, new: str) -> str:
+    """``old`` scoreboard Markdown with the rows of ``new``'s methods (those of its first table) replaced by
+    ``new``'s, in every table the two share (matched by the line above it); a table only ``new`` has is added,
+    the others kept; ``new``'s note (its text after its last table) is appended after ``old``'s text. Rows are
+    matched by their method cell; a column ``new`` has and ``old`` lacks is refused (the tables would no longer
+    line up: run the whole grid), one ``old`` has and ``new`` lacks reads "–"."""
+    new_blocks = _blocks(new)
+    tables = [(title, lines) for title, lines in new_blocks if title is not None]
+    if not tables or len(tables[0][1]) < 2:
+        raise ValueError("merge: the new scoreboard has no table")
+    methods = {_cells(line)[0] for line in tables[0][1][2:]}
+    by_title = {title: lines for title, lines in tables}
+    merged: list[str] = []
+    seen: set[str] = set()
+    for title, lines in _blocks(old):
+        if title is None or title not in by_title:
+            merged += lines
+            continue
+        seen.add(title)
+        header, rows = _cells(lines[0]), lines[2:]
+        new_lines = by_title[title]
+        new_header = _cells(new_lines[0])
+        missing = [c for c in new_header if c not in header]
+        if missing:
+            raise ValueError(
+                f"merge: table {title or 'main'!r} has no column(s) {missing} in the README; run the "
+                "whole grid (without --merge) to regenerate it"
+            )
+        kept = [r for r in rows if _cells(r)[0] not in methods]
+        added = []
+        for r in new_lines[2:]:
+            cells = dict(zip(new_header, _cells(r)))
+            added.append("| " + " | ".join(cells.get(c, "–") for c in header) + " |")
+        key = (lambda r: (_cells(r)[1], _cells(r)[0])) if header[1:2] == ["family"] else (lambda r: _cells(r)[0])
+        merged += lines[:2] + sorted(kept + added, key=key)
+    for title, lines in tables:
+        if title not in seen:
+            merged += ["", title, "", *lines] if title else ["", *lines]
+    last = max(i for i, (title, _) in enumerate(new_blocks) if title is not None)
+    notes = [line for title, lines in new_blocks[last + 1 :] for line in lines]  # the note after the last table
+    return "\n".join(merged).rstrip() + "\n\n" + "\n".join(notes).strip() + "\n"
