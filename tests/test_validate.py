@@ -260,6 +260,7 @@ OLD_BOARD = """| method | family | accuracy |
 |---|---|---|
 | `a` | closed | 50 % |
 | `b` | closed | 10 % |
+| `b_c` | closed | 20 % |
 | `x` | open | 90 % |
 
 Share flagged, by duplication:
@@ -295,9 +296,9 @@ def test_merge_replaces_only_the_rows_of_the_methods_a_run_scored(tmp_path: Path
     merged = merge_rows(OLD_BOARD, NEW_BOARD)
     lines = merged.splitlines()
     main = lines[: lines.index("")]
-    # a and x kept, b replaced, c added; closed before open, then by name
-    assert main[2:] == ["| `a` | closed | 50 % |", "| `b` | closed | 60 % |", "| `c` | open | 70 % |",
-                        "| `x` | open | 90 % |"]  # fmt: skip
+    # a, b_c and x kept, b replaced, c added; closed before open, then by name as render sorts (b before b_c)
+    assert main[2:] == ["| `a` | closed | 50 % |", "| `b` | closed | 60 % |", "| `b_c` | closed | 20 % |",
+                        "| `c` | open | 70 % |", "| `x` | open | 90 % |"]  # fmt: skip
     # b's old breakdown row dropped (the new run has none), c's added under the old columns ("–" where it has none)
     share = lines[lines.index("Share flagged, by duplication:") + 2 :][:4]
     assert share == ["| method | ×1 | ×2 |", "|---|---|---|", "| `a` | 0 % | 20 % |", "| `c` | – | 40 % |"]

@@ -265,6 +265,13 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def _order(row: str, header: list[str]) -> tuple[str, ...]:
+    """A row's place as ``render`` orders them: by family (the main table), then method name."""
+    cells = _cells(row)
+    name = cells[0].strip("`")
+    return (cells[1], name) if header[1:2] == ["family"] else (name,)
+
+
 def merge_rows(old: str, new: str) -> str:
     """``old`` scoreboard Markdown with the rows of ``new``'s methods (those of its first table) replaced by
     ``new``'s, in every table the two share (matched by the line above it); a table only ``new`` has is added,
@@ -298,8 +305,7 @@ def merge_rows(old: str, new: str) -> str:
         for r in new_lines[2:]:
             cells = dict(zip(new_header, _cells(r)))
             added.append("| " + " | ".join(cells.get(c, "–") for c in header) + " |")
-        key = (lambda r: (_cells(r)[1], _cells(r)[0])) if header[1:2] == ["family"] else (lambda r: _cells(r)[0])
-        merged += lines[:2] + sorted(kept + added, key=key)
+        merged += lines[:2] + sorted(kept + added, key=lambda r: _order(r, header))
     for title, lines in tables:
         if title not in seen:
             merged += ["", title, "", *lines] if title else ["", *lines]
