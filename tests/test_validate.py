@@ -270,6 +270,13 @@ Share flagged, by duplication:
 | `a` | 0 % | 20 % |
 | `b` | 0 % | 0 % |
 
+AUC, by duplication:
+
+| method | ×1 |
+|---|---|
+| `a` | 0.70 |
+| `b` | 0.50 |
+
 Regenerated on day 1: the whole grid."""
 
 NEW_BOARD = """| method | family | accuracy |
@@ -303,6 +310,8 @@ def test_merge_replaces_only_the_rows_of_the_methods_a_run_scored(tmp_path: Path
     share = lines[lines.index("Share flagged, by duplication:") + 2 :][:4]
     assert share == ["| method | ×1 | ×2 |", "|---|---|---|", "| `a` | 0 % | 20 % |", "| `c` | – | 40 % |"]
     assert "AUC, by kind:" in merged and "| `b` | 0.91 |" in merged  # a table only the new run has
+    # a table the new run lacks: b's stale row goes (the run has nothing there for it), a's stays
+    assert "| `a` | 0.70 |" in merged and "| `b` | 0.50 |" not in merged
     assert merged.index("the whole grid.") < merged.index("The rows of `b`, `c`")  # both notes, old first
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{START}\n{OLD_BOARD}\n{END}\nend\n")

@@ -245,7 +245,7 @@ def update_readme(readme: str | Path, markdown: str, merge: bool = False) -> Non
     path.write_text(f"{head}{START}\n{markdown.rstrip()}\n{END}{tail}")
 
 
-def _blocks(markdown: str) -> list[tuple[str, list[str]]]:
+def _blocks(markdown: str) -> list[tuple[str | None, list[str]]]:
     """The Markdown as (title, lines) blocks: each table under the text line before it ("" for a table at the
     top), and each run of other lines as a block of its own (title None)."""
     blocks: list[tuple[str | None, list[str]]] = []
@@ -258,7 +258,7 @@ def _blocks(markdown: str) -> list[tuple[str, list[str]]]:
             blocks[-1][1].append(line)
         else:
             blocks.append((title if is_row else None, [line]))
-    return blocks  # type: ignore[return-value]
+    return blocks
 
 
 def _cells(line: str) -> list[str]:
@@ -274,10 +274,11 @@ def _order(row: str, header: list[str]) -> tuple[str, ...]:
 
 def merge_rows(old: str, new: str) -> str:
     """``old`` scoreboard Markdown with the rows of ``new``'s methods (those of its first table) replaced by
-    ``new``'s, in every table the two share (matched by the line above it); a table only ``new`` has is added,
-    the others kept; ``new``'s note (its text after its last table) is appended after ``old``'s text. Rows are
-    matched by their method cell; a column ``new`` has and ``old`` lacks is refused (the tables would no longer
-    line up: run the whole grid), one ``old`` has and ``new`` lacks reads "–"."""
+    ``new``'s, in every table the two share (matched by the line above it), and removed from a table ``new``
+    lacks (it has nothing there for them); a table only ``new`` has is added; ``new``'s note (its text after its
+    last table) is appended after ``old``'s text. Rows are matched by their method cell; a column ``new`` has and
+    ``old`` lacks is refused (the tables would no longer line up: run the whole grid), one ``old`` has and
+    ``new`` lacks reads "–"."""
     new_blocks = _blocks(new)
     tables = [(title, lines) for title, lines in new_blocks if title is not None]
     if not tables or len(tables[0][1]) < 2:
@@ -287,8 +288,11 @@ def merge_rows(old: str, new: str) -> str:
     merged: list[str] = []
     seen: set[str] = set()
     for title, lines in _blocks(old):
-        if title is None or title not in by_title:
+        if title is None:
             merged += lines
+            continue
+        if title not in by_title:  # the new run has no row here: its methods' old rows go
+            merged += lines[:2] + [r for r in lines[2:] if _cells(r)[0] not in methods]
             continue
         seen.add(title)
         header, rows = _cells(lines[0]), lines[2:]
