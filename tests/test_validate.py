@@ -313,6 +313,12 @@ def test_merge_replaces_only_the_rows_of_the_methods_a_run_scored(tmp_path: Path
     # a table the new run lacks: b's stale row goes (the run has nothing there for it), a's stays
     assert "| `a` | 0.70 |" in merged and "| `b` | 0.50 |" not in merged
     assert merged.index("the whole grid.") < merged.index("The rows of `b`, `c`")  # both notes, old first
+    again = merge_rows(merged, NEW_BOARD.replace("day 2", "day 3"))  # the same rows merged again
+    assert again.count("The rows of") == 1 and "day 3" in again and "\n\n\n" not in again  # the old note went
+    assert again.replace("day 3", "day 2") == merged
+    only_c = merge_rows(merged, NEW_BOARD.replace("| `b` | closed | 60 % |\n", "").replace("`b`, `c`", "`c`"))
+    assert "The rows of `b`, `c`" in only_c  # b's rows stay from the earlier merge: its note stays
+    assert only_c.count("| `b` |") == merged.count("| `b` |")  # and no second b row where the new text had one
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{START}\n{OLD_BOARD}\n{END}\nend\n")
     update_readme(readme, NEW_BOARD, merge=True)
