@@ -97,3 +97,26 @@ def test_a_heldout_left_for_a_deselected_benchmark_is_ignored_and_the_truth_read
     config = OmegaConf.to_container(compose(HELDOUT, "+benchmarks.arc_challenge.heldout=arc_late"), resolve=True)
     refs = reference_keys(config)
     assert refs["min_k"] == {"arc_late"} and refs["cdd"] == {"arc_late"} and "sharded_likelihood" not in refs
+
+
+def test_a_deselected_benchmarks_heldout_goes_with_it_unless_the_run_reads_it_and_corpus_clean_forgets_both():
+    """The canary with ``benchmark=[...]`` leaving Winogrande out: its held-out block would otherwise be tested
+    alone (every held-out method "inconclusive, no reference") and ``corpus.clean: [winogrande]`` would stop the
+    run at planting."""
+    wg_late = "+benchmarks.wg_late={adapter:winogrande,split:validation,offset:20,limit:20,sample:first}"
+    stub = "+benchmarks.winogrande={heldout:wg_late}"
+    plan = plan_of(HELDOUT, wg_late, stub, "corpus=planted", "corpus.clean=[winogrande,wg_late,gsm8k]")
+    assert set(plan.benchmarks) == {"arc_challenge", "gsm8k", "arc_late"}
+    assert plan.corpus["clean"] == ["gsm8k"]
+    # a held-out another selected benchmark still names stays (here ARC's, through its own heldout key)
+    plan = plan_of(HELDOUT, "+benchmarks.arc_challenge.heldout=arc_late", "+benchmarks.winogrande={heldout:arc_late}")
+    assert "arc_late" in plan.benchmarks and plan.heldouts == {"arc_challenge": "arc_late"}
+    # ... and one a method's own reference names
+    plan = plan_of(wg_late, stub, "methods.min_k.reference=wg_late", "methods.min_k.mode=distribution")
+    assert "wg_late" in plan.benchmarks
+
+
+def test_corpus_clean_naming_no_benchmark_of_the_run_is_refused_at_plan_time():
+    with pytest.raises(ConfigError, match=r"corpus\.clean: winogrnade is not a benchmark of this run; choices: "
+                                          r"arc_challenge, gsm8k"):  # fmt: skip
+        plan_of("corpus=planted", "corpus.clean=[winogrnade]")

@@ -69,15 +69,15 @@ def prepare_corpus(
             "digest": digest}  # fmt: skip
 
 
-def clean_benchmarks(corpus: dict[str, Any], records: dict[str, list[Record]]) -> list[str]:
-    """``corpus.clean``: benchmark keys left out of the corpus (their near-misses are still planted)."""
+def clean_benchmarks(corpus: dict[str, Any], benchmarks: Collection[str]) -> list[str]:
+    """``corpus.clean``: benchmark keys left out of the corpus (their near-misses are still planted). Raises
+    ValueError naming a key that is not one of ``benchmarks`` (the run's keys) and the choices."""
     clean = corpus.get("clean") or []
     clean = [clean] if isinstance(clean, str) else list(clean)
-    unknown = sorted(set(clean) - set(records))
+    unknown = sorted(set(clean) - set(benchmarks))
     if unknown:
-        raise ValueError(
-            f"corpus.clean: {', '.join(unknown)} is not a benchmark of this run; choices: {', '.join(sorted(records))}"
-        )
+        choices = ", ".join(sorted(benchmarks))
+        raise ValueError(f"corpus.clean: {', '.join(unknown)} is not a benchmark of this run; choices: {choices}")
     return clean
 
 

@@ -16,7 +16,8 @@ method's own mapping wins for the benchmarks it names, and a method whose ``refe
 reference for every benchmark) keeps it. The key leaves the benchmark's spec, so a run that names its held-outs
 either way plans - and hashes - the same cells. The plan checks the held-out as it checks a method's reference
 (the same benchmark, rows that cannot overlap), naming this key in its errors. An experiment's ``heldout`` left for a
-benchmark the command line deselected (``benchmark=[...]``: the block holds nothing else) is ignored, with a warning.
+benchmark the command line deselected (``benchmark=[...]``: the block holds nothing else) is ignored, with the held-out
+it names when nothing else reads that, and ``corpus.clean`` forgets both - each with a warning.
 """
 
 from __future__ import annotations
@@ -76,17 +77,18 @@ def benchmark_heldouts(benchmarks: dict[str, Any]) -> dict[str, str]:
 def resolve_heldouts(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """``config`` (a plain mapping, as composed) with ``benchmarks.<key>.heldout`` moved into the ``reference`` of
     each method that has one (``has_reference``), and the held-outs found. Raises ValueError naming the key
-    (``benchmark_heldouts``)."""
+    (``benchmark_heldouts``).
+
+    A benchmark the command line deselected (``benchmark=[...]``) leaves, in an experiment that named its
+    held-out, a block that holds only ``heldout``: it goes, with its held-out when nothing else of the run names
+    that one (another benchmark's ``heldout``, a method's ``reference``) - a held-out is a yardstick, and tested
+    alone it would only answer "inconclusive, no reference" under every held-out method - and ``corpus.clean``
+    forgets both keys. Each is said in a warning."""
     benchmarks = config.get("benchmarks") or {}
     if not any(isinstance(s, dict) and KEY in s for s in benchmarks.values()):
         return config, {}
     out = copy.deepcopy(config)
-    for name, spec in list(out["benchmarks"].items()):
-        if isinstance(spec, dict) and set(spec) == {KEY}:
-            # an experiment's held-out for a benchmark the command line deselected (benchmark=[...])
-            log.warning("benchmarks.%s: heldout set (%s) but the benchmark is not selected (benchmark=[...]); "
-                        "ignored", name, spec[KEY])  # fmt: skip
-            del out["benchmarks"][name]
+    dropped = _drop_deselected(out)
     heldouts = benchmark_heldouts(out["benchmarks"])
     for spec in out["benchmarks"].values():
         if isinstance(spec, dict):
@@ -98,4 +100,41 @@ def resolve_heldouts(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
         if isinstance(own, str) and own:
             continue  # one reference for every benchmark: the method's own choice
         spec["reference"] = {**heldouts, **(own if isinstance(own, dict) else {})}
+    _forget_in_corpus(out, dropped)
     return out, heldouts
+
+
+def _drop_deselected(config: dict[str, Any]) -> set[str]:
+    """Remove the blocks an experiment left for deselected benchmarks (only ``heldout``), and their held-outs
+    that nothing else of the run names; returns the keys removed."""
+    benchmarks = config["benchmarks"]
+    stubs = {name: spec[KEY] for name, spec in benchmarks.items() if isinstance(spec, dict) and set(spec) == {KEY}}
+    for name in stubs:
+        del benchmarks[name]
+    named = {spec.get(KEY) for spec in benchmarks.values() if isinstance(spec, dict)}
+    for spec in (config.get("methods") or {}).values():
+        ref = spec.get("reference") if isinstance(spec, dict) else None
+        named |= set(ref.values()) if isinstance(ref, dict) else {ref}
+    dropped = set(stubs)
+    for name, heldout in stubs.items():
+        orphan = isinstance(heldout, str) and heldout in benchmarks and heldout not in named
+        if orphan:
+            del benchmarks[heldout]
+            dropped.add(heldout)
+        log.warning("benchmarks.%s: heldout set (%s) but the benchmark is not selected (benchmark=[...]); ignored%s",
+                    name, heldout, f", and {heldout} (its held-out, nothing else of the run reads it) with it"
+                    if orphan else "")  # fmt: skip
+    return dropped
+
+
+def _forget_in_corpus(config: dict[str, Any], dropped: set[str]) -> None:
+    """``corpus.clean`` without the benchmark keys the deselection removed (it names benchmarks of the run)."""
+    corpus = config.get("corpus")
+    clean = corpus.get("clean") if isinstance(corpus, dict) else None
+    if not dropped or not clean:
+        return
+    clean = [clean] if isinstance(clean, str) else list(clean)
+    gone = [name for name in clean if name in dropped]
+    if gone:
+        log.warning("corpus.clean: %s not selected (benchmark=[...]); ignored", ", ".join(gone))
+        corpus["clean"] = [name for name in clean if name not in dropped]

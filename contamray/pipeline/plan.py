@@ -283,6 +283,13 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         raise ConfigError("methods: no method selected; add one, e.g. method=[guided_prompting]")
     _check_report(c.get("report") or {})
     corpus = dict(c.get("corpus") or {"kind": "none"})
+    if corpus.get("kind") == "planted":
+        from contamray.corpus.planted import clean_benchmarks
+
+        try:
+            clean_benchmarks(corpus, benchmarks)  # a key that is not a benchmark of the run: now, not at planting
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     judge_spec = c.get("judge")
     judge = _model_plan("judge", "judge", judge_spec, engine_override, sources) if judge_spec else None
     ref_spec = c.get("reference_model")
