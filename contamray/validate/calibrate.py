@@ -49,6 +49,7 @@ from contamray.pipeline.progress import Progress
 from contamray.presets import method_params, preset
 from contamray.records import Record
 from contamray.stats.clusters import topic_key
+from contamray.validate.readme_section import replace_section
 
 log = logging.getLogger(__name__)
 
@@ -275,12 +276,8 @@ def render(table: pd.DataFrame, alpha: float = 0.05, note: str = "") -> str:
 
 
 def update_readme(readme: Path, markdown: str) -> None:
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme}: no calibration section; add the lines {START} and {END} where it goes")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{markdown.rstrip()}\n{END}{tail}")
+    """Replace the text between the calibration markers in ``readme`` (both must be there)."""
+    replace_section(readme, START, END, markdown, "calibration")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -39,6 +39,7 @@ from contamray.records import benchmark_of
 from contamray.report.runs import decision_of
 from contamray.validate.instance import instance_scores
 from contamray.validate.metrics import mean, roc_auc, tpr_at_fpr
+from contamray.validate.readme_section import replace_section
 from contamray.validate.truth import LabelledRun
 
 START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
@@ -234,17 +235,8 @@ def render(runs: Sequence[LabelledRun], max_fpr: float = 0.05, note: str = "") -
 def update_readme(readme: str | Path, markdown: str, merge: bool = False) -> None:
     """Replace the text between the scoreboard markers in ``readme`` (both markers must be there); with
     ``merge``, only the rows of the methods ``markdown`` scores (``merge_rows``)."""
-    path = Path(readme)
-    text = path.read_text()
-    if START not in text or END not in text or text.index(START) > text.index(END):
-        raise ValueError(
-            f"{path}: no scoreboard section; add the lines {START} and {END} (in that order) where the table goes"
-        )
-    head, rest = text.split(START, 1)
-    old, tail = rest.split(END, 1)
-    if merge:
-        markdown = merge_rows(old, markdown)
-    path.write_text(f"{head}{START}\n{markdown.rstrip()}\n{END}{tail}")
+    edit = (lambda old: merge_rows(old, markdown)) if merge else None
+    replace_section(readme, START, END, markdown, "scoreboard", edit)
 
 
 def _blocks(markdown: str) -> list[tuple[str | None, list[str]]]:
