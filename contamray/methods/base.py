@@ -201,10 +201,14 @@ class Method:
     # that cannot give them (a chat-only API, ``api: openai_chat``), with the reason
     scores_text: ClassVar[bool] = False
 
+    def has_param(self, name: str) -> bool:
+        """Its Config has a parameter ``name``."""
+        return any(f.name == name for f in dataclasses.fields(self.Config))
+
     @property
     def uses_reference(self) -> bool:
         """It compares each partition with a reference partition: its Config has ``reference``."""
-        return any(f.name == "reference" for f in dataclasses.fields(self.Config))
+        return self.has_param("reference")
 
     def make_config(self, params: dict[str, Any] | None, where: str = "") -> Any:
         """Build ``Config`` from a plain dict, naming the config key on an unknown parameter."""

@@ -333,7 +333,7 @@ def _with_reference(mp: Any, ref_plan: Any | None, comparison: str | None) -> An
     if ref_plan is None or not mp.method.uses_reference:
         return mp
     params = dict(mp.params, reference={ITEMS: ref_plan.name})
-    if any(f.name == "mode" for f in dataclasses.fields(mp.method.Config)):
+    if mp.method.has_param("mode"):
         params["mode"] = comparison
     return dataclasses.replace(mp, params=params)
 
