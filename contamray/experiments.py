@@ -12,13 +12,17 @@ top, for every entry point (``python -m contamray.run``, ``contamray inject``, `
 - a ``models.<name>.<key>=...`` override of a model the run does not hold (``models.smollm2_135m.source=...``
   on the canary, whose models are ``[canary]``) is named with the run's models and the fix
   (``model_not_in_run``), instead of Hydra's "Could not override", whose suggested ``+`` would add a second
-  model to the run.
+  model to the run; likewise a ``methods.<label>.<key>=...`` override of a method the run does not select, or of
+  a key that is not one of the method's parameters (each method's YAML declares them all), is named with the
+  run's methods or the method's parameters (``method_key_not_in_run``), not "Key 'x' is not in struct".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 CONF_DIR = str((Path(__file__).parent / "conf").resolve())  # the Hydra config tree every entry point uses
 DEFAULT_EXPERIMENT = "canary"
@@ -52,6 +56,20 @@ def _asks_hydra_only(args: list[str]) -> bool:
 
 
 _MODEL_KEY = re.compile(r"^models\.([A-Za-z0-9_\-]+)\.[^=]+=")
+_METHOD_KEY = re.compile(r"^methods\.([A-Za-z0-9_\-]+)\.([A-Za-z0-9_\-]+)(?:\.[^=]*)?=")
+
+
+def _composed_without(overrides: list[str], pattern: re.Pattern[str]) -> Any:
+    """The config the run composes without the overrides ``pattern`` matches, or None when it does not compose
+    (Hydra reports that itself)."""
+    from hydra import compose, initialize_config_dir
+
+    rest = [a for a in overrides if not pattern.match(a)]
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            return compose(config_name="config", overrides=rest)
+    except Exception:  # noqa: BLE001 - any other problem is Hydra's to report, with its own message
+        return None
 
 
 def model_not_in_run(overrides: list[str]) -> str | None:
@@ -61,14 +79,10 @@ def model_not_in_run(overrides: list[str]) -> str | None:
     named = {m.group(1): arg for arg in overrides if (m := _MODEL_KEY.match(arg))}
     if not named or any(a.startswith("-") for a in overrides):  # -m sweeps, --cfg ...: Hydra's own handling
         return None
-    from hydra import compose, initialize_config_dir
-
-    rest = [a for a in overrides if not _MODEL_KEY.match(a)]
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            models = set(compose(config_name="config", overrides=rest).get("models") or {})
-    except Exception:  # noqa: BLE001 - any other problem is Hydra's to report, with its own message
+    composed = _composed_without(overrides, _MODEL_KEY)
+    if composed is None:
         return None
+    models = set(composed.get("models") or {})
     missing = [name for name in named if name not in models]
     if not missing:
         return None
@@ -78,3 +92,35 @@ def model_not_in_run(overrides: list[str]) -> str | None:
            else f"add +models.{name}={{source: ...}} for a model spec of your own")  # fmt: skip
     return (f"{named[name].split('=', 1)[0]}: {name} is not a model of this run (its models: "
             f"{', '.join(sorted(models)) or 'none'}); {fix}")  # fmt: skip
+
+
+def method_key_not_in_run(overrides: list[str]) -> str | None:
+    """The error for a ``methods.<label>.<key>=...`` override (no ``+``) of a method the composed run does not
+    select, or of a key its method does not have, or None (as ``model_not_in_run``)."""
+    named = [(m.group(1), m.group(2), arg.split("=", 1)[0]) for arg in overrides if (m := _METHOD_KEY.match(arg))]
+    if not named or any(a.startswith("-") for a in overrides):
+        return None
+    composed = _composed_without(overrides, _METHOD_KEY)
+    if composed is None:
+        return None
+    methods = composed.get("methods") or {}
+    for label, key, where in named:
+        if label not in methods:
+            own = (Path(CONF_DIR) / "method" / f"{label}.yaml").is_file()
+            fix = (f"add method=[{label}] to run conf/method/{label}.yaml (the list replaces the run's methods)"
+                   if own else f"add +methods.{label}={{method: ...}} for a method block of your own")  # fmt: skip
+            return (f"{where}: {label} is not a method of this run (its methods: "
+                    f"{', '.join(sorted(methods)) or 'none'}); {fix}")  # fmt: skip
+        spec = methods[label]
+        if key not in spec:
+            from contamray.methods.base import get_method
+
+            try:
+                fields = sorted(f.name for f in dataclasses.fields(get_method(str(spec.get("method"))).Config))
+            except KeyError:
+                return None  # an unknown method: the plan names it
+            if key in fields:
+                return None  # a parameter its block leaves to the default: Hydra's "+" adds it, the plan reads it
+            return (f"{where}: {key} is not a parameter of method {spec.get('method')} (methods.{label}); its "
+                    f"parameters: {', '.join(fields)}")  # fmt: skip
+    return None

@@ -102,6 +102,17 @@ def test_open_cell_hash_follows_the_corpus_content_closed_cells_do_not():
         ("+models.smollm2_135m.resources=4", "models.smollm2_135m.resources"),
         ("corpus.max_unread=1.5", "corpus.max_unread: 1.5 is not a share between 0 and 1"),
         ("corpus.max_unread=all", "corpus.max_unread: 'all' is not a share"),
+        ("run.seed=abc", "run.seed: expected an integer >= 0"),
+        ("run.seed=-1", "run.seed: expected an integer >= 0"),
+        ("corpus.kind=file", "corpus.kind: 'file' is not one of none, files"),
+        ("corpus.filler=xsumm", "corpus.filler: 'xsumm' is not a benchmark adapter; choices: "),
+        ("corpus.clean=[gsm8kk]", "corpus.clean: gsm8kk is not a benchmark of this run; choices: arc_challenge, gsm8k"),
+        ("corpus=files", "corpus.paths: no corpus files given; set corpus.paths="),
+        # a value of the wrong type, named with what the parameter takes (methods/param_types.py)
+        ("methods.ngram13.min_words=eight", "methods.ngram13.min_words: expected an integer, got 'eight'"),
+        ("methods.ngram13.min_fraction=[0.7]", "methods.ngram13.min_fraction: expected a number or null, got [0.7]"),
+        ("methods.guided_prompting.chat=maybe", "methods.guided_prompting.chat: expected true or false, got 'maybe'"),
+        ("methods.ngram13.input_fields=[1,2]", "methods.ngram13.input_fields: expected a list of strings, got [1, 2]"),
     ],
 )
 def test_bad_values_fail_in_the_plan_naming_the_key(override, named):
@@ -113,6 +124,18 @@ def test_bad_values_fail_in_the_plan_naming_the_key(override, named):
 def test_open_method_without_corpus_is_refused():
     with pytest.raises(ConfigError, match="corpus"):
         plan_of("corpus=none")
+
+
+def test_corpus_paths_that_resolve_to_no_file_are_refused_at_plan_time(tmp_path):
+    """Before the benchmarks load and Ray starts (the scan found it only then, as a traceback)."""
+    for missing, said in ((tmp_path / "*.jsonl", "matches no file"), (tmp_path / "x.jsonl", "does not exist"),
+                          (tmp_path, "holds no readable file")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"corpus.paths: .*{said}; point corpus.paths at existing files"):
+            plan_of("corpus=files", f"corpus.paths=[{missing}]")
+    (tmp_path / "a.jsonl").write_text('{"text": "a document"}\n')
+    assert plan_of("corpus=files", f"corpus.paths=[{tmp_path}/*.jsonl]").open_methods()
+    # closed-data methods alone never read the corpus: its paths are not asked for
+    assert plan_of("corpus=files", "method=[guided_prompting]").cells
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -156,6 +179,51 @@ def test_a_model_key_of_a_model_not_in_the_run_names_the_runs_models_and_the_fix
     assert model_not_in_run(with_experiment(["model=[smollm2_135m]", "models.smollm2_135m.source=/x"])) is None
     assert model_not_in_run(with_experiment(["models.canary.threads=1"])) is None
     assert model_not_in_run(with_experiment(["+models.mine={source: /x}", "run.limit=3"])) is None
+
+
+def test_a_method_key_the_run_lacks_names_the_runs_methods_or_the_methods_parameters():
+    from contamray.experiments import method_key_not_in_run, with_experiment
+
+    error = method_key_not_in_run(with_experiment(["methods.dcq.alpha=0.1"]))
+    assert error.startswith("methods.dcq.alpha: dcq is not a method of this run (its methods: cdd, clean_dirty_eval,")
+    assert error.endswith("add method=[dcq] to run conf/method/dcq.yaml (the list replaces the run's methods)")
+    error = method_key_not_in_run(with_experiment(["methods.guided_prompting.n_instances=3"]))
+    assert error.startswith("methods.guided_prompting.n_instances: n_instances is not a parameter of method "
+                            "guided_prompting (methods.guided_prompting); its parameters: algorithm1_test, alpha,")
+    assert method_key_not_in_run(with_experiment(["methods.guided_prompting.judge_instances=3"])) is None
+    assert method_key_not_in_run(with_experiment(["methods.min_k.reference.winogrande=wg"])) is None  # a sub-key
+    assert method_key_not_in_run(with_experiment(["method=[dcq]", "methods.dcq.alpha=0.1"])) is None
+
+
+def test_every_method_yaml_declares_every_parameter_of_its_method():
+    """A method is one module plus one YAML that declares everything about it: every Config field is in the
+    YAML (overridable without Hydra's "+", shown by --cfg job), and nothing else is."""
+    import dataclasses
+
+    import yaml
+
+    from contamray.methods.base import get_method
+
+    for file in sorted(Path(CONF_DIR, "method").glob("*.yaml")):
+        spec = yaml.safe_load(file.read_text())
+        fields = {f.name for f in dataclasses.fields(get_method(spec["method"]).Config)}
+        assert set(spec) - {"method"} == fields, (file.name, sorted(fields - set(spec)), sorted(set(spec) - fields))
+
+
+def test_a_parameter_written_at_its_default_hashes_as_left_out():
+    """A cell's hash reads every parameter's value (``MethodPlan.resolved``): spelling a default out reuses the
+    stored cell, and only a different value is a new cell."""
+    from contamray.pipeline.plan import MethodPlan
+
+    bare = MethodPlan("x", "ngram_overlap", {"n": 13})
+    spelt = MethodPlan("x", "ngram_overlap", {"n": 13, "min_words": 8})
+    assert bare.resolved() == spelt.resolved() and bare.resolved()["min_words"] == 8
+    base = plan_of("+exp=smoke")
+    same = plan_of("+exp=smoke", "methods.ngram13.min_words=8")  # the YAML's own value
+    other = plan_of("+exp=smoke", "methods.ngram13.min_words=9")
+    cells = [c for c in base.cells if c.method == "ngram13"]
+    assert [base.cell_hash(c) for c in cells] == [same.cell_hash(c) for c in cells]
+    assert all(base.cell_hash(c) != other.cell_hash(c) for c in cells)
 
 
 def test_no_experiment_named_means_the_canary_and_exp_needs_no_plus():

@@ -145,7 +145,7 @@ def test_bad_corpus_files_are_skipped_and_the_cache_follows_the_files(tmp_path: 
 
     # a "clean" over a corpus a third of which may not have been read cannot stand: inconclusive, naming the key
     clean = tmp_path / "clean"
-    run(clean, corpus, mirror_dir, "+methods.ngram13.partition_threshold=0.5")  # 3 of 12 found: below it
+    run(clean, corpus, mirror_dir, "methods.ngram13.partition_threshold=0.5")  # 3 of 12 found: below it
     (undecided,) = read_partitions(clean).to_dict("records")
     assert undecided["decision"] == "inconclusive" and not undecided["contaminated"], undecided
     assert f"up to {100 * share:.3g} % of the corpus' bytes, more than corpus.max_unread = 0.05" in undecided["reason"]

@@ -35,13 +35,10 @@ def prepare_corpus(
     corpus = dict(plan.corpus)
     kind = corpus.get("kind")
     if kind == "files":
-        paths = corpus.get("paths")
-        if not paths or paths == "???":
-            raise ValueError("corpus.paths: no corpus files given; set corpus.paths=[/data/*.jsonl.gz]")
-        corpus["paths"] = [paths] if isinstance(paths, str) else list(paths)
+        corpus["paths"] = configured_paths(corpus)
         return corpus
     if kind != "planted":
-        raise ValueError(f"corpus.kind: {kind!r} is not one of files, planted, none")
+        raise ValueError(KIND_ERROR.format(kind=kind))
     from contamray.benchmarks import load_records
 
     filler = load_records(
@@ -67,6 +64,46 @@ def prepare_corpus(
         paths = [f"{uri}/{Path(p).name}" for p in paths]
     return {"kind": "planted", "paths": paths, "format": "jsonl", "text_field": "text", "id_field": "id",
             "digest": digest}  # fmt: skip
+
+
+KINDS = ("none", "files", "planted")
+KIND_ERROR = ("corpus.kind: {kind!r} is not one of none, files (corpus=files corpus.paths=[...]: files on disk or in "
+              "an object store), planted (corpus=planted: built at run time)")  # fmt: skip
+
+
+def configured_paths(corpus: dict[str, Any]) -> list[str]:
+    """``corpus.paths`` of a ``files`` corpus as a list. Raises ValueError with the fix when none is given."""
+    paths = corpus.get("paths")
+    if not paths or paths == "???":
+        raise ValueError("corpus.paths: no corpus files given; set corpus.paths=[/data/*.jsonl.gz] (files, "
+                         "directories, globs, fsspec URIs such as s3://bucket/corpus/*.parquet, or hub:// datasets)")
+    return [paths] if isinstance(paths, str) else [str(p) for p in paths]
+
+
+def check_corpus(corpus: dict[str, Any], benchmarks: Collection[str], scanned: bool) -> None:
+    """What the plan checks of ``corpus`` before any work, so a typo stops the run in a second rather than after
+    the benchmarks are loaded and Ray is up: its ``kind``; a planted corpus' filler dataset and ``clean`` keys
+    (``benchmarks``: the run's keys); when open-data methods will ``scanned`` it, a files corpus' ``paths``, each
+    resolved to at least one file (``fingerprint.file_listing``: one listing, no file read). Raises ValueError
+    naming the key."""
+    from contamray.benchmarks.registry import adapter_names
+    from contamray.corpus.fingerprint import file_listing
+
+    kind = corpus.get("kind", "none")
+    if kind not in KINDS:
+        raise ValueError(KIND_ERROR.format(kind=kind))
+    if kind == "planted":
+        filler = corpus.get("filler", "xsum")
+        if filler not in adapter_names():
+            raise ValueError(f"corpus.filler: {filler!r} is not a benchmark adapter; choices: "
+                             f"{', '.join(adapter_names())}")  # fmt: skip
+        clean_benchmarks(corpus, benchmarks)
+    if kind == "files" and scanned:
+        try:
+            file_listing(configured_paths(corpus))
+        except OSError as err:  # a path that does not exist, a glob that matches nothing, an unreachable store
+            fix = "point corpus.paths at existing files, directories or globs"
+            raise ValueError(f"corpus.paths: {str(err).removeprefix('corpus: ')}; {fix}") from None
 
 
 def clean_benchmarks(corpus: dict[str, Any], benchmarks: Collection[str]) -> list[str]:

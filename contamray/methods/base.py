@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from contamray.engines.wire import Output, Request, Sampling  # noqa: F401 - re-exported for methods
+from contamray.methods.param_types import check_param_types
 from contamray.records import Record
 
 ENGINE_ROLES = ("target", "judge", "reference")
@@ -220,6 +221,7 @@ class Method:
                 f"{where or 'method ' + self.name}: unknown parameter(s) {', '.join(unknown)} for "
                 f"method {self.name!r}; known parameters: {', '.join(sorted(known))}"
             )
+        check_param_types(self.Config, params, where or f"methods.{self.name}")
         return self.Config(**params)
 
     def engine_roles_for(self, cfg: Any) -> tuple[str, ...]:

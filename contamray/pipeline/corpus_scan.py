@@ -113,7 +113,7 @@ def index_hash(plan: Plan, cell: Cell) -> str:
     parts = {
         "results": RESULTS_VERSION,
         "method": mp.method_name,
-        "params": mp.params,
+        "params": mp.resolved(),
         "benchmark": cell.benchmark,
         "rows": plan.row_digests.get(cell.benchmark, ""),
     }

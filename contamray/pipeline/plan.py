@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from contamray.corpus.planted import check_corpus
 from contamray.experiments import CONF_DIR
 from contamray.methods.base import BenchmarkFacts, Method, get_method, method_names
 from contamray.pipeline.heldouts import resolve_heldouts
@@ -98,6 +99,12 @@ class MethodPlan:
 
     def config(self) -> Any:
         return self.method.make_config(self.params, where=f"methods.{self.label}")
+
+    def resolved(self) -> dict[str, Any]:
+        """Every parameter's value, written in the config or the method's default: what a cell's hash reads, so
+        a parameter spelt out at its default hashes as left out, and a default changed in the code is a new
+        cell (not a stored one computed under the old default)."""
+        return dataclasses.asdict(self.config())
 
     def roles(self) -> tuple[str, ...]:
         return tuple(self.method.engine_roles_for(self.config()))
@@ -219,7 +226,7 @@ class Plan:
         parts: dict[str, Any] = {
             "results": RESULTS_VERSION,
             "benchmark": dataclasses.asdict(self.benchmarks[cell.benchmark]),
-            "method": dataclasses.asdict(mp),
+            "method": {"label": mp.label, "method_name": mp.method_name, "params": mp.resolved()},
             "seed": self.seed,
             "mirror": bool(self.data.get("mirror_dir")),
             "rows": self.row_digests.get(cell.benchmark, ""),
@@ -262,6 +269,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         c, heldouts = resolve_heldouts(c)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    seed = _seed((c.get("run") or {}).get("seed", 0))  # before the methods, whose seeds interpolate it
     engine_override = (c.get("engine") or {}).get("backend")
     # a source path the driver lacks may be on the model's nodes when the run joins a cluster (_check_source)
     sources = _Sources(on_cluster=bool((c.get("ray") or {}).get("address")))
@@ -283,13 +291,6 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         raise ConfigError("methods: no method selected; add one, e.g. method=[guided_prompting]")
     _check_report(c.get("report") or {})
     corpus = dict(c.get("corpus") or {"kind": "none"})
-    if corpus.get("kind") == "planted":
-        from contamray.corpus.planted import clean_benchmarks
-
-        try:
-            clean_benchmarks(corpus, benchmarks)  # a key that is not a benchmark of the run: now, not at planting
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
     judge_spec = c.get("judge")
     judge = _model_plan("judge", "judge", judge_spec, engine_override, sources) if judge_spec else None
     ref_spec = c.get("reference_model")
@@ -303,7 +304,7 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         corpus=corpus,
         judge=judge,
         reference_model=reference,
-        seed=int((c.get("run") or {}).get("seed", 0)),
+        seed=seed,
         data=dict(c.get("data") or {}),
         ray=dict(c.get("ray") or {}),
         serve=dict(c.get("serve") or {}),
@@ -325,6 +326,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
             f"corpus: methods {', '.join(m.label for m in plan.open_methods())} scan a corpus but "
             "corpus.kind is none; choose corpus=files corpus.paths=[...] or corpus=planted"
         )
+    try:
+        check_corpus(corpus, benchmarks, scanned=bool(plan.open_methods()))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     try:
         plan.max_unread  # noqa: B018 - checked here, before any work
     except ValueError as err:
@@ -358,6 +363,14 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     for warning in plan.warnings:
         log.warning("plan: %s", warning)
     return plan
+
+
+def _seed(value: Any) -> int:
+    """``run.seed``: an integer >= 0 (numpy's generators refuse a negative one). Raises ConfigError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"run.seed: expected an integer >= 0 (every randomness of the run derives from it: row "
+                          f"samples, splits, permutations, bootstrap), got {value!r}; e.g. run.seed=0")  # fmt: skip
+    return value
 
 
 def _grouped(said: list[tuple[str, str, str]]) -> list[str]:

@@ -117,7 +117,7 @@ class HeldoutConfig:
     """The partition-level test against a held-out reference partition (see the module docstring)."""
 
     # benchmark key of a partition known to be unseen, or a mapping benchmark key -> such a key
-    reference: str | dict[str, str] = ""
+    reference: str | dict[str, str] | None = ""
     mode: str = "heldout"  # heldout: the reference is a held-out of the same benchmark; distribution: any
     alpha: float = 0.05
     units: str = "auto"  # auto: declared groups, blocks of block_rows when contiguous; declared; rows
