@@ -64,7 +64,8 @@ def doc(doc_id: str, text: str) -> bytes:
 def gsm8k_rows(mirror_dir: Path) -> list:
     """The very rows the run will load (same config, same sampling)."""
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=overrides(Path("/unused"), mirror_dir))
+        # any existing corpus path: the plan checks it resolves to files; only the rows are read here
+        cfg = compose(config_name="config", overrides=overrides(mirror_dir, mirror_dir))
     cfg.run.output_dir = "unused"
     records, _ = load_benchmarks(build_plan(cfg), ["gsm8k"])
     return records["gsm8k"]

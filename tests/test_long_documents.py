@@ -21,6 +21,7 @@ import yaml
 from contamray.corpus import pieces
 from contamray.methods.base import get_method
 from contamray.pipeline.actors import Scanner
+from contamray.presets import method_params
 from contamray.records import Record
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
@@ -97,7 +98,7 @@ def docs() -> list[dict[str, Any]]:
 def _config(name: str) -> tuple[Any, Any]:
     params = yaml.safe_load((CONF / f"{name}.yaml").read_text())
     method = get_method(params.pop("method"))
-    return method, method.make_config(params)
+    return method, method.make_config(method_params(params, method.Config))  # without ${run.seed}: the default
 
 
 def _scan(method: Any, cfg: Any, index: Any, docs: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
