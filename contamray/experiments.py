@@ -120,7 +120,7 @@ def method_key_not_in_run(overrides: list[str]) -> str | None:
             except KeyError:
                 return None  # an unknown method: the plan names it
             if key in fields:
-                return None  # a parameter its block leaves to the default: Hydra's "+" adds it, the plan reads it
+                continue  # a parameter its block leaves to the default: Hydra's "+" adds it, the plan reads it
             return (f"{where}: {key} is not a parameter of method {spec.get('method')} (methods.{label}); its "
                     f"parameters: {', '.join(fields)}")  # fmt: skip
     return None

@@ -193,6 +193,12 @@ def test_a_method_key_the_run_lacks_names_the_runs_methods_or_the_methods_parame
     assert method_key_not_in_run(with_experiment(["methods.guided_prompting.judge_instances=3"])) is None
     assert method_key_not_in_run(with_experiment(["methods.min_k.reference.winogrande=wg"])) is None  # a sub-key
     assert method_key_not_in_run(with_experiment(["method=[dcq]", "methods.dcq.alpha=0.1"])) is None
+    # a block of the user's own leaves parameters to their defaults: each still checked, in order
+    own = ["+methods.mine={method: ngram_overlap}"]
+    assert method_key_not_in_run(with_experiment([*own, "methods.mine.n=8"])) is None
+    assert "methods.mine.colour: colour is not a parameter of method ngram_overlap" in method_key_not_in_run(
+        with_experiment([*own, "methods.mine.n=8", "methods.mine.colour=red"])
+    )
 
 
 def test_every_method_yaml_declares_every_parameter_of_its_method():
