@@ -102,6 +102,13 @@ def test_open_cell_hash_follows_the_corpus_content_closed_cells_do_not():
         ("+models.smollm2_135m.resources=4", "models.smollm2_135m.resources"),
         ("corpus.max_unread=1.5", "corpus.max_unread: 1.5 is not a share between 0 and 1"),
         ("corpus.max_unread=all", "corpus.max_unread: 'all' is not a share"),
+        # run-wide settings by type and range (pipeline/settings.py): "maybe" read as true before, 0 failed mid-run
+        ("run.force=maybe", "run.force: expected true or false, got 'maybe'"),
+        ("data.strict=maybe", "data.strict: expected true or false, got 'maybe'"),
+        ("ray.request_batch_size=0", "ray.request_batch_size: expected an integer >= 1, got 0"),
+        ("ray.num_cpus=abc", "ray.num_cpus: expected an integer >= 1, or null, got 'abc'"),
+        ("ray.match_gpu_share=2", "ray.match_gpu_share: expected a number in [0, 1], got 2"),
+        ("serve.deploy_timeout_s=soon", "serve.deploy_timeout_s: expected a number >= 1, got 'soon'"),
         ("run.seed=abc", "run.seed: expected an integer >= 0"),
         ("run.seed=-1", "run.seed: expected an integer >= 0"),
         ("corpus.kind=file", "corpus.kind: 'file' is not one of none, files"),

@@ -26,6 +26,7 @@ from contamray.corpus.planted import check_corpus
 from contamray.experiments import CONF_DIR
 from contamray.methods.base import BenchmarkFacts, Method, get_method, method_names
 from contamray.pipeline.heldouts import resolve_heldouts
+from contamray.pipeline.settings import check_settings
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,10 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     seed = _seed((c.get("run") or {}).get("seed", 0))  # before the methods, whose seeds interpolate it
+    try:
+        check_settings(c)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     engine_override = (c.get("engine") or {}).get("backend")
     # a source path the driver lacks may be on the model's nodes when the run joins a cluster (_check_source)
     sources = _Sources(on_cluster=bool((c.get("ray") or {}).get("address")))
