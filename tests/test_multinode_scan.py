@@ -50,7 +50,7 @@ def match_actors() -> dict[str, str]:
 def test_a_scan_on_three_nodes_grows_its_pool_from_one_and_equals_one_node(
     ray_cluster, tmp_path: Path, mirror_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
+    rows = load_benchmarks(build_plan(config(Path("unused"), mirror_dir, mirror_dir)), ["gsm8k"])[0]["gsm8k"]
     seen = {r.id for r in rows}
     # near-domain filler: pages of 60 other GSM8K problems pass METEOR's n-gram prefilter for many examples and
     # cost it ~0.15 MB/s per actor on 2 AVX2-only cores (2026-11-27: the 12 MB took 40 s on the head's 2 actors,
@@ -83,7 +83,7 @@ def test_a_scan_on_three_nodes_grows_its_pool_from_one_and_equals_one_node(
 
 def test_embedding_matching_runs_on_gpu_actors_and_equals_cpu_matching(ray_cluster, tmp_path, mirror_dir) -> None:
     methods = "ngram13,platypus_embedding"
-    rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
+    rows = load_benchmarks(build_plan(config(Path("unused"), mirror_dir, mirror_dir)), ["gsm8k"])[0]["gsm8k"]
     corpus = write_corpus(tmp_path / "corpus", rows, docs=20)
     cpu = config(tmp_path / "cpu", corpus, mirror_dir, pool=(1, 2), methods=methods)
     cpu.ray.match_gpu_share = 0  # every method on CPU actors

@@ -60,7 +60,7 @@ def config(
 
 def test_a_worker_node_removed_mid_scan_changes_nothing(ray_cluster, tmp_path, mirror_dir):
     cluster = ray_cluster
-    rows = load_benchmarks(build_plan(config(Path("unused"), Path("unused"), mirror_dir)), ["gsm8k"])[0]["gsm8k"]
+    rows = load_benchmarks(build_plan(config(Path("unused"), mirror_dir, mirror_dir)), ["gsm8k"])[0]["gsm8k"]
     corpus = write_corpus(tmp_path / "corpus", rows, filler=LONG_FILLER)
     worker = cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()

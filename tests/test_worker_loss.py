@@ -128,7 +128,7 @@ def kill_first(class_part: str, killed: list[str], deadline: float) -> None:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory, mirror_dir):
     """The corpus, with three of the very rows the runs will load planted."""
-    cfg = config(Path("unused"), Path("unused"), mirror_dir)
+    cfg = config(Path("unused"), mirror_dir, mirror_dir)
     rows = load_benchmarks(build_plan(cfg), ["gsm8k"])[0]["gsm8k"]
     return write_corpus(tmp_path_factory.mktemp("corpus"), rows, filler=LONG_FILLER)
 
