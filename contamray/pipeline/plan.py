@@ -270,11 +270,11 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
         c, heldouts = resolve_heldouts(c)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    seed = _seed((c.get("run") or {}).get("seed", 0))  # before the methods, whose seeds interpolate it
     try:
-        check_settings(c)
+        check_settings(c)  # before the methods, whose seeds interpolate run.seed
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    seed = int((c.get("run") or {}).get("seed", 0))
     engine_override = (c.get("engine") or {}).get("backend")
     # a source path the driver lacks may be on the model's nodes when the run joins a cluster (_check_source)
     sources = _Sources(on_cluster=bool((c.get("ray") or {}).get("address")))
@@ -368,14 +368,6 @@ def build_plan(cfg: DictConfig | dict[str, Any]) -> Plan:
     for warning in plan.warnings:
         log.warning("plan: %s", warning)
     return plan
-
-
-def _seed(value: Any) -> int:
-    """``run.seed``: an integer >= 0 (numpy's generators refuse a negative one). Raises ConfigError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"run.seed: expected an integer >= 0 (every randomness of the run derives from it: row "
-                          f"samples, splits, permutations, bootstrap), got {value!r}; e.g. run.seed=0")  # fmt: skip
-    return value
 
 
 def _grouped(said: list[tuple[str, str, str]]) -> list[str]:

@@ -16,6 +16,7 @@ from contamray.methods.param_types import describe, fits
 
 # key -> (type, least value for numbers or None, most value or None)
 SETTINGS: dict[str, tuple[Any, float | None, float | None]] = {
+    "run.seed": (int, 0, None),  # every randomness of the run derives from it; numpy refuses a negative one
     "run.force": (bool, None, None),
     "run.dry_run": (bool, None, None),
     "run.name": (str, None, None),
