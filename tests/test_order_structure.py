@@ -57,6 +57,7 @@ def test_winogrande_twins_are_declared_groups_and_its_order_is_structured(mirror
     assert structure.adjacent_similarity > 2 * structure.random_similarity
     assert len(structure.units) == 100 - structure.declared_groups - structure.detected_links
     assert "declared group" in structure.summary()
+    assert f"<= {STRUCTURE_ALPHA:g}, structured)" in structure.summary()  # the diagnosis says its bar
 
 
 def test_arc_order_has_no_structure(mirror_dir: Path):
@@ -65,6 +66,7 @@ def test_arc_order_has_no_structure(mirror_dir: Path):
     assert not structure.structured and structure.p_value > STRUCTURE_ALPHA
     assert structure.declared_groups == structure.detected_links == 0
     assert structure.units == [[i] for i in range(100)]
+    assert f"> {STRUCTURE_ALPHA:g}, no structure found)" in structure.summary()
 
 
 def _record(i: int, text: str) -> Record:

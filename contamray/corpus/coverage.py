@@ -7,9 +7,11 @@ each in the run's ``corpus_errors.jsonl``. ``CorpusCoverage`` is that list read 
 
 - ``rows_skipped``: rows lost one by one (a bad JSON line, a row without the text field) - a few documents;
 - ``files_unread``: files lost whole or from a row on (``readers.loses_documents``), and ``unread_bytes``, the sum
-  of their sizes: an upper bound of what was not read (a file cut after its first half counts whole - where it
-  broke is known by line, not by byte); ``share`` = ``unread_bytes`` / ``total_bytes`` of the listing, or None
-  when a lost file's size is unknown (a hub dataset's shard).
+  of their sizes: an upper bound of the listed bytes that were not read (a file cut after its first half counts
+  whole - where it broke is known by line, not by byte); ``share`` = ``unread_bytes`` / ``total_bytes`` of the
+  listing, or None when a lost file's size is unknown (a hub dataset's shard). What a *truncated* file lost past
+  its end is in no listing: a ``.gz`` cut short holds fewer bytes than it once compressed, so no count of bytes
+  bounds the documents it lost - counting the file whole is the convention, and its path is named for restoring.
 
 ``with_coverage`` adds the losses to an open-data verdict (``details``: ``corpus_rows_skipped``,
 ``corpus_files_unread``, ``corpus_unread_bytes``, ``corpus_bytes``, ``corpus_unread_share``; and its summary),

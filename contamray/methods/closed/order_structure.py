@@ -110,10 +110,11 @@ class OrderStructure:
         if self.declared_groups:
             parts.append(f"{self.declared_groups} declared group(s)")
         if self.p_value is not None:
-            verdict = "structured" if self.p_value <= STRUCTURE_ALPHA else "no structure found"
+            found = self.p_value <= STRUCTURE_ALPHA
+            verdict = f"<= {STRUCTURE_ALPHA:g}, structured" if found else f"> {STRUCTURE_ALPHA:g}, no structure found"
             parts.append(
                 f"adjacent-pair similarity {self.adjacent_similarity:.2f} vs {self.random_similarity:.2f} random "
-                f"(p={self.p_value:.2g}, {verdict})"
+                f"(p={self.p_value:.2g} {verdict})"
             )
         if self.detected_links:
             parts.append(f"{self.detected_links} adjacent pair(s) linked")
