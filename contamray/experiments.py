@@ -11,10 +11,10 @@ top, for every entry point (``python -m contamray.run``, ``contamray inject``, `
   defaults list" error;
 - a ``models.<name>.<key>=...`` override of a model the run does not hold (``models.smollm2_135m.source=...``
   on the canary, whose models are ``[canary]``) is named with the run's models and the fix
-  (``model_not_in_run``), instead of Hydra's "Could not override", whose suggested ``+`` would add a second
+  (``key_not_in_run``), instead of Hydra's "Could not override", whose suggested ``+`` would add a second
   model to the run; likewise a ``methods.<label>.<key>=...`` override of a method the run does not select, or of
   a key that is not one of the method's parameters (each method's YAML declares them all), is named with the
-  run's methods or the method's parameters (``method_key_not_in_run``), not "Key 'x' is not in struct".
+  run's methods or the method's parameters, not "Key 'x' is not in struct" (the same function, one compose).
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ _MODEL_KEY = re.compile(r"^models\.([A-Za-z0-9_\-]+)\.[^=]+=")
 _METHOD_KEY = re.compile(r"^methods\.([A-Za-z0-9_\-]+)\.([A-Za-z0-9_\-]+)(?:\.[^=]*)?=")
 
 
-def _composed_without(overrides: list[str], pattern: re.Pattern[str]) -> Any:
-    """The config the run composes without the overrides ``pattern`` matches, or None when it does not compose
-    (Hydra reports that itself)."""
+def _composed_without(overrides: list[str], *patterns: re.Pattern[str]) -> Any:
+    """The config the run composes without the overrides any of ``patterns`` matches, or None when it does not
+    compose (Hydra reports that itself)."""
     from hydra import compose, initialize_config_dir
 
-    rest = [a for a in overrides if not pattern.match(a)]
+    rest = [a for a in overrides if not any(p.match(a) for p in patterns)]
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
             return compose(config_name="config", overrides=rest)
@@ -72,16 +72,24 @@ def _composed_without(overrides: list[str], pattern: re.Pattern[str]) -> Any:
         return None
 
 
-def model_not_in_run(overrides: list[str]) -> str | None:
-    """The error for a ``models.<name>.<key>=...`` override (no ``+``) naming a model the composed run does not
-    hold, or None. ``overrides`` as Hydra gets them (after ``with_experiment``); a sweep or a config that does
-    not compose without those overrides is left to Hydra (None)."""
-    named = {m.group(1): arg for arg in overrides if (m := _MODEL_KEY.match(arg))}
-    if not named or any(a.startswith("-") for a in overrides):  # -m sweeps, --cfg ...: Hydra's own handling
+def key_not_in_run(overrides: list[str]) -> str | None:
+    """The error for the first ``models.<name>.<key>=...`` or ``methods.<label>.<key>=...`` override (no ``+``) the
+    composed run cannot take, or None: a model the run does not hold, a method it does not select, or a key the
+    method does not have. ``overrides`` as Hydra gets them (after ``with_experiment``); the run is composed once,
+    without those overrides; a sweep or a config that does not compose without them is left to Hydra (None)."""
+    models = {m.group(1): arg for arg in overrides if (m := _MODEL_KEY.match(arg))}
+    methods = [(m.group(1), m.group(2), arg.split("=", 1)[0]) for arg in overrides if (m := _METHOD_KEY.match(arg))]
+    if not (models or methods) or any(a.startswith("-") for a in overrides):  # -m sweeps, --cfg ...: Hydra's own
         return None
-    composed = _composed_without(overrides, _MODEL_KEY)
+    composed = _composed_without(overrides, _MODEL_KEY, _METHOD_KEY)
     if composed is None:
         return None
+    return _model_not_in_run(models, composed) or _method_key_not_in_run(methods, composed)
+
+
+def _model_not_in_run(named: dict[str, str], composed: Any) -> str | None:
+    """A model named by a ``models.<name>.<key>=`` override that the run does not hold, with the fix (instead of
+    Hydra's "Could not override", whose suggested ``+`` would add a second model to the run)."""
     models = set(composed.get("models") or {})
     missing = [name for name in named if name not in models]
     if not missing:
@@ -94,15 +102,9 @@ def model_not_in_run(overrides: list[str]) -> str | None:
             f"{', '.join(sorted(models)) or 'none'}); {fix}")  # fmt: skip
 
 
-def method_key_not_in_run(overrides: list[str]) -> str | None:
-    """The error for a ``methods.<label>.<key>=...`` override (no ``+``) of a method the composed run does not
-    select, or of a key its method does not have, or None (as ``model_not_in_run``)."""
-    named = [(m.group(1), m.group(2), arg.split("=", 1)[0]) for arg in overrides if (m := _METHOD_KEY.match(arg))]
-    if not named or any(a.startswith("-") for a in overrides):
-        return None
-    composed = _composed_without(overrides, _METHOD_KEY)
-    if composed is None:
-        return None
+def _method_key_not_in_run(named: list[tuple[str, str, str]], composed: Any) -> str | None:
+    """A ``methods.<label>.<key>=`` override of a method the run does not select, or of a key its method does not
+    have (instead of Hydra's "Key 'x' is not in struct"), with the run's methods or the method's parameters."""
     methods = composed.get("methods") or {}
     for label, key, where in named:
         if label not in methods:

@@ -22,7 +22,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from contamray import logs, output_root
-from contamray.experiments import CONF_DIR, method_key_not_in_run, model_not_in_run, with_experiment
+from contamray.experiments import CONF_DIR, key_not_in_run, with_experiment
 
 log = logging.getLogger("contamray")
 _RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
@@ -144,7 +144,7 @@ def cli_main() -> None:
     """The command-line entry: the experiment resolved (``contamray.experiments``), then Hydra."""
 
     sys.argv = [sys.argv[0], *with_experiment(sys.argv[1:])]
-    error = model_not_in_run(sys.argv[1:]) or method_key_not_in_run(sys.argv[1:])
+    error = key_not_in_run(sys.argv[1:])
     if error:
         print(f"config error: {error}", file=sys.stderr)
         sys.exit(2)

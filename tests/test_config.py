@@ -177,33 +177,40 @@ def test_cli_refuses_unknown_names_before_any_work(args, named, tmp_path):
 
 
 def test_a_model_key_of_a_model_not_in_the_run_names_the_runs_models_and_the_fix():
-    from contamray.experiments import model_not_in_run, with_experiment
+    from contamray.experiments import key_not_in_run, with_experiment
 
-    error = model_not_in_run(with_experiment(["models.smollm2_135m.source=/x"]))
+    error = key_not_in_run(with_experiment(["models.smollm2_135m.source=/x"]))
     assert error == ("models.smollm2_135m.source: smollm2_135m is not a model of this run (its models: canary); add "
                      "model=[smollm2_135m] to run conf/model/smollm2_135m.yaml (the list replaces the run's models)")
-    assert "+models.mine={source: ...}" in model_not_in_run(with_experiment(["models.mine.source=/x"]))
-    assert model_not_in_run(with_experiment(["model=[smollm2_135m]", "models.smollm2_135m.source=/x"])) is None
-    assert model_not_in_run(with_experiment(["models.canary.threads=1"])) is None
-    assert model_not_in_run(with_experiment(["+models.mine={source: /x}", "run.limit=3"])) is None
+    assert "+models.mine={source: ...}" in key_not_in_run(with_experiment(["models.mine.source=/x"]))
+    assert key_not_in_run(with_experiment(["model=[smollm2_135m]", "models.smollm2_135m.source=/x"])) is None
+    assert key_not_in_run(with_experiment(["models.canary.threads=1"])) is None
+    assert key_not_in_run(with_experiment(["+models.mine={source: /x}", "run.limit=3"])) is None
+    # both kinds on one command line: one compose without either, each checked (a bad method key no longer hides
+    # the model error behind a config that does not compose)
+    both = ["models.smollm2_135m.source=/x", "methods.guided_prompting.n_instances=3"]
+    assert key_not_in_run(with_experiment(both)).startswith("models.smollm2_135m.source: smollm2_135m is not a model")
+    assert key_not_in_run(with_experiment(["model=[smollm2_135m]", *both])).startswith(
+        "methods.guided_prompting.n_instances: n_instances is not a parameter of method guided_prompting"
+    )
 
 
 def test_a_method_key_the_run_lacks_names_the_runs_methods_or_the_methods_parameters():
-    from contamray.experiments import method_key_not_in_run, with_experiment
+    from contamray.experiments import key_not_in_run, with_experiment
 
-    error = method_key_not_in_run(with_experiment(["methods.dcq.alpha=0.1"]))
+    error = key_not_in_run(with_experiment(["methods.dcq.alpha=0.1"]))
     assert error.startswith("methods.dcq.alpha: dcq is not a method of this run (its methods: cdd, clean_dirty_eval,")
     assert error.endswith("add method=[dcq] to run conf/method/dcq.yaml (the list replaces the run's methods)")
-    error = method_key_not_in_run(with_experiment(["methods.guided_prompting.n_instances=3"]))
+    error = key_not_in_run(with_experiment(["methods.guided_prompting.n_instances=3"]))
     assert error.startswith("methods.guided_prompting.n_instances: n_instances is not a parameter of method "
                             "guided_prompting (methods.guided_prompting); its parameters: algorithm1_test, alpha,")
-    assert method_key_not_in_run(with_experiment(["methods.guided_prompting.judge_instances=3"])) is None
-    assert method_key_not_in_run(with_experiment(["methods.min_k.reference.winogrande=wg"])) is None  # a sub-key
-    assert method_key_not_in_run(with_experiment(["method=[dcq]", "methods.dcq.alpha=0.1"])) is None
+    assert key_not_in_run(with_experiment(["methods.guided_prompting.judge_instances=3"])) is None
+    assert key_not_in_run(with_experiment(["methods.min_k.reference.winogrande=wg"])) is None  # a sub-key
+    assert key_not_in_run(with_experiment(["method=[dcq]", "methods.dcq.alpha=0.1"])) is None
     # a block of the user's own leaves parameters to their defaults: each still checked, in order
     own = ["+methods.mine={method: ngram_overlap}"]
-    assert method_key_not_in_run(with_experiment([*own, "methods.mine.n=8"])) is None
-    assert "methods.mine.colour: colour is not a parameter of method ngram_overlap" in method_key_not_in_run(
+    assert key_not_in_run(with_experiment([*own, "methods.mine.n=8"])) is None
+    assert "methods.mine.colour: colour is not a parameter of method ngram_overlap" in key_not_in_run(
         with_experiment([*own, "methods.mine.n=8", "methods.mine.colour=red"])
     )
 
