@@ -11,8 +11,9 @@
   injection grid, written into README.md; ``--truth`` prints one run's verdicts against the truth;
 - ``contamray calibrate [--benchmarks ...] [--slices 10] [--size 20]``: each closed-data test's flag rate on
   slices of benchmarks under one model (default: the embedded base model), written into README.md;
-- ``contamray methods``: registered detection methods, their family, parameters, citation, declared per-example
-  score and membership columns, and where they apply;
+- ``contamray methods``: the method presets ``method=[...]`` takes (``conf/method/``), each with its method, family,
+  parameters as a run starts from them, citation, declared per-example score and membership columns, and where
+  it applies;
 - ``contamray benchmarks``: benchmark adapters with their hub id, config, splits and task type;
 - ``contamray serve [--host H] [--port P] [--insecure-local] [overrides...]``: the on-demand HTTP API on Ray
   Serve (``contamray/serve/``; overrides are keys of ``conf/api/server.yaml``), until interrupted.
@@ -21,7 +22,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -29,27 +29,29 @@ DEFAULT_MULTI_OUT = Path("contamray-report")
 
 
 def _methods() -> None:
-    from contamray.methods.base import get_method, method_names
-    from contamray.serve.catalog import citation
+    """Every method preset (what ``method=[...]`` takes) with the values a run starts from - the preset's over
+    the method's ``Config`` defaults - as the API's ``GET /v1/methods`` lists them (``serve/catalog.py``)."""
+    from contamray.methods.base import get_method
+    from contamray.presets import preset_names
+    from contamray.serve.catalog import method_entry
 
-    for name in method_names():
-        method = get_method(name)
-        params = ", ".join(
-            f"{f.name}={f.default!r}" if f.default is not dataclasses.MISSING else f.name
-            for f in dataclasses.fields(method.Config)
-        )
-        doc = (sys.modules[type(method).__module__].__doc__ or "").strip().splitlines()
-        out, applies = method.outputs, method.applies
-        limits = [f"tasks: {'/'.join(applies.tasks)}"] if applies.tasks else []
-        limits += ["multiple-choice only"] if applies.needs_choices else []
-        limits += [f">= {applies.min_rows} rows"] if applies.min_rows > 1 else []
-        where = ", ".join(limits) or "every benchmark"
-        cites = citation(method)
+    for label in preset_names("method"):
+        entry = method_entry(label)
+        module = sys.modules[type(get_method(entry["method"])).__module__]
+        doc = (module.__doc__ or "").strip().splitlines()
+        params = ", ".join(f"{key}={value!r}" for key, value in entry["parameters"].items())
+        cites = entry["citation"]
         cites = cites if len(cites) <= 300 else cites[:297] + "..."
+        applies = entry["applies"]
+        limits = [f"tasks: {'/'.join(applies['tasks'])}"] if applies["tasks"] else []
+        limits += ["multiple-choice only"] if applies["needs_choices"] else []
+        limits += [f">= {applies['min_rows']} rows"] if applies["min_rows"] > 1 else []
+        where = ", ".join(limits) or "every benchmark"
+        method = f" (method {entry['method']})" if entry["method"] != label else ""
         print(
-            f"{name} [{method.family}] {doc[0] if doc else ''}\n    {params}\n    cites: {cites}\n"
-            f"    score: {out.score or '-'} ({out.score_label or 'none declared'}); membership score: "
-            f"{out.membership or '- (decides per partition)'}; applies to: {where}"
+            f"{label} [{entry['family']}]{method} {doc[0] if doc else ''}\n    {params}\n"
+            f"    cites: {cites}\n    score: {entry['score'] or '-'} ({entry['score_label'] or 'none declared'}); "
+            f"membership score: {entry['membership'] or '- (decides per partition)'}; applies to: {where}"
         )
 
 

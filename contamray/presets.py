@@ -2,8 +2,8 @@
 
 A run composes ``methods.<label>`` from ``conf/method/<label>.yaml``; a method's ``Config`` defaults are a library
 caller's (the papers' settings where the two differ: ``chat: false`` of the membership scores, whose preset asks both
-prompt forms). Entry points that describe or measure what a run does start from the preset: the API's method catalog
-(``serve/catalog.py``) and ``contamray calibrate`` (``validate/calibrate.py``).
+prompt forms). Entry points that describe or measure what a run does start from the preset: the method catalog of
+the API and of ``contamray methods`` (``serve/catalog.py``) and ``contamray calibrate`` (``validate/calibrate.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ from typing import Any
 import yaml
 
 from contamray.experiments import CONF_DIR
+
+
+def preset_names(group: str) -> list[str]:
+    """The names of a group's presets (``conf/<group>/*.yaml``): what ``<group>=[...]`` of a run takes."""
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
 def preset(group: str, name: str) -> dict[str, Any]:

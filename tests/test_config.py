@@ -230,6 +230,25 @@ def test_every_method_yaml_declares_every_parameter_of_its_method():
         assert set(spec) - {"method"} == fields, (file.name, sorted(fields - set(spec)), sorted(set(spec) - fields))
 
 
+
+def test_contamray_methods_lists_every_preset_a_run_takes_with_the_values_it_starts_from(capsys):
+    """``contamray methods`` is what ``method=[...]`` takes: every ``conf/method`` preset, named as a run names it
+    (ngram13, not the registered ngram_overlap behind it), with the preset's values - a run of ``min_k`` asks both
+    prompt forms (``chat: both``) where the method's ``Config`` default, a library caller's, is the paper's alone."""
+    from contamray.cli import main
+    from contamray.methods.base import get_method
+
+    main(["methods"])
+    out = capsys.readouterr().out
+    blocks = {line.split(" [", 1)[0]: line for line in out.split("\n") if line and not line.startswith(" ")}
+    assert sorted(blocks) == sorted(p.stem for p in Path(CONF_DIR, "method").glob("*.yaml"))
+    assert "ngram_overlap" not in blocks and "(method ngram_overlap)" in blocks["ngram13"]
+    names = ("min_k", "ngram13", "gpt2_8gram", "sharded_likelihood_oren")
+    params = {name: out.split(f"\n{name} [", 1)[1].splitlines()[1] for name in names}
+    assert get_method("min_k").Config().chat is False and "chat='both'" in params["min_k"]
+    assert "n=13" in params["ngram13"] and "n=8" in params["gpt2_8gram"]
+    assert "test='t'" in params["sharded_likelihood_oren"]
+
 def test_a_parameter_written_at_its_default_hashes_as_left_out():
     """A cell's hash reads every parameter's value (``MethodPlan.resolved``): spelling a default out reuses the
     stored cell, and only a different value is a new cell."""

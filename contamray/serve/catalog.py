@@ -4,7 +4,7 @@ A method entry is its ``conf/method`` preset (the name a request uses) with the 
 it: family, engine roles, every parameter with its default (the dataclass default, overridden by the
 preset's value), the declared per-example score and membership columns, where it applies, and its
 citation - the part of its module's docstring about it (a bullet naming it, else the first paragraph;
-methods cite their papers there, see ``contamray methods``). A benchmark entry is its
+methods cite their papers there). ``contamray methods`` prints the same entries. A benchmark entry is its
 ``conf/benchmark`` name with the adapter's hub id, configs, splits and task.
 """
 
@@ -34,7 +34,7 @@ def method_entry(label: str) -> dict[str, Any]:
             params[f.name] = f.default_factory()
         else:
             params[f.name] = None
-    cfg = method.make_config({})
+    cfg = method.make_config(chosen, where=f"conf/method/{label}.yaml")
     applies = method.applies
     return {
         "name": label,

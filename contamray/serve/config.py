@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from contamray.experiments import CONF_DIR
+from contamray.presets import preset, preset_names
 
 SERVER_YAML = Path(CONF_DIR) / "api" / "server.yaml"
 
@@ -64,11 +65,6 @@ class ServerSettings:
 
     def replace(self, **changes: Any) -> ServerSettings:
         return dataclasses.replace(self, **changes)
-
-
-def conf_names(group: str) -> list[str]:
-    """The config names of a group of the run config tree (``conf/<group>/*.yaml``)."""
-    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
 def load_settings(overrides: list[str] | None = None, path: Path = SERVER_YAML,
@@ -151,7 +147,7 @@ def _check_allow(allow: Allow) -> None:
     for key, group in (("models", "model"), ("benchmarks", "benchmark"), ("methods", "method"),
                        ("experiments", "exp")):
         names = getattr(allow, key)
-        choices = conf_names(group)
+        choices = preset_names(group)
         missing = [n for n in names if n not in choices]
         if missing:
             raise SettingsError(
@@ -160,7 +156,7 @@ def _check_allow(allow: Allow) -> None:
     if not allow.models:
         raise SettingsError("allow.models: empty; list at least one conf/model name, e.g. [smollm2_135m_fp32]")
     for name in allow.models:
-        spec = yaml.safe_load((Path(CONF_DIR) / "model" / f"{name}.yaml").read_text()) or {}
+        spec = preset("model", name)
         if spec.get("inject"):
             raise SettingsError(
                 f"allow.models: {name} is fine-tuned at run time (inject), so it is batch-only; remove it from "
