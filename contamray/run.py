@@ -136,8 +136,20 @@ def main(cfg: DictConfig) -> None:
         print(f"store error: {err.strerror}", file=sys.stderr)
         sys.exit(3)
     except DeployError as err:  # a model that cannot be loaded or hosted; the cells finished are stored
-        print(f"model error: {err}. The cells finished before are stored and a re-run reuses them", file=sys.stderr)
+        print(f"model error: {err}. The cells finished before are stored: {resume_hint(cfg)}", file=sys.stderr)
         sys.exit(4)
+    except KeyboardInterrupt:  # Ctrl-C: the stages stopped, what they finished is stored (the log says what)
+        print(f"interrupted: the cells finished and the batches answered so far are stored: {resume_hint(cfg)}",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(130)
+
+
+def resume_hint(cfg: DictConfig) -> str:
+    """How to run again on what a stopped run stored: its cells are in its own output directory (a new one per
+    run) unless ``run.cells_uri`` names a place runs share."""
+    if cfg.run.get("cells_uri"):
+        return "the same command again reuses them (run.cells_uri)"
+    return f"the same command with hydra.run.dir={cfg.run.output_dir} reuses them"
 
 
 def cli_main() -> None:

@@ -317,7 +317,7 @@ def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_mod
                            "models.smollm2_135m.source: cannot load model")  # fmt: skip
     # the first failed start stopped it: Serve had two more tries of the same load to go
     assert "Retrying 2 more time(s)" in log and "failed to start 3 times" not in log, log[-3000:]
-    assert "download or convert the checkpoint again" in line and "a re-run reuses them" in line
+    assert "download or convert the checkpoint again" in line and f"with hydra.run.dir={out} reuses them" in line
     finished = [json.loads(p.read_text()) for p in (out / "cells").glob("*/verdict.json")]
     assert [v["model"] for v in finished] == ["smollm2_135m_fp32"], log[-3000:]
 

@@ -1,9 +1,11 @@
 """A 2 models × 2 benchmarks × 2 methods grid, killed half way and re-run, equals an uninterrupted run.
 
 Real runs of the entry point in subprocesses on a local Ray: one uninterrupted, on one engine replica per
-model and one scoring actor; one on 2 replicas of a model and 2 scoring actors, killed with SIGKILL as
-soon as its first cells are stored, then started again on the same output directory. The second start
-must reuse exactly the cells that were finished (the log says which) and recompute only the rest; its
+model and one scoring actor; one on 2 replicas of a model and 2 scoring actors, stopped with Ctrl-C (SIGINT) as
+soon as a model has answered a batch, started again and killed with SIGKILL as soon as its first cells are
+stored, then started again on the same output directory. The second start must not ask again the batches the
+first had kept (``pipeline/answers.py``; the log says how many), the third must reuse exactly the cells that
+were finished (the log says which) and recompute only the rest; its
 ``partitions.parquet`` must equal the uninterrupted run's byte for byte (issue 17: determinism across
 runs and replica counts; wall-clock seconds live in ``timings.parquet``) and its examples table must equal
 it but for the wall-clock column.
@@ -17,6 +19,7 @@ reduced - both counted in its log) and ends with the uninterrupted run's ``parti
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,20 +99,41 @@ def assert_same_partitions(resumed: Path, reference: Path) -> None:
         pytest.fail("partitions.parquet: equal tables, different bytes")
 
 
-def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror_dir, reference):
+def kept_batches(out: Path) -> int:
+    return len(list((out / "cells" / "answers").glob("*/*.json")))
 
+
+def test_killed_grid_resumes_without_recomputing_finished_cells(tmp_path, mirror_dir, reference):
+    """Stopped twice: by Ctrl-C (SIGINT) as soon as a model has answered a batch, then by SIGKILL once cells are
+    finished. Ctrl-C stops the stage where it is - no batch is sent or waited for after it, so no cell finishes
+    (before, the driver waited for every model's stages to end) - and keeps the answered batches; the next start
+    does not ask them again, and the last one reuses the finished cells."""
     resumed = tmp_path / "resumed"
     proc = start(resumed, mirror_dir, MANY)
     deadline = time.time() + 900
+    while not kept_batches(resumed) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    log, _ = proc.communicate(timeout=600)
+    kept = kept_batches(resumed)
+    assert proc.returncode == 130 and "interrupted: the cells finished" in log, log[-5000:]
+    assert f"interrupted: 0 of 8 cells finished and stored under {resumed / 'cells'}, {kept} answered batches" in log
+    assert kept >= 1 and not finished_cells(resumed)
+
+    proc = start(resumed, mirror_dir, MANY)
     while not finished_cells(resumed) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()  # the run's local Ray dies with its process group
+    log, _ = proc.communicate()  # the run's local Ray dies with its process group
+    asked = [re.search(r"(\d+) of (\d+) batches \((\d+) requests\) answered before", line)
+             for line in log.splitlines() if "answered before this run stopped" in line]  # fmt: skip
+    assert sum(int(m[1]) for m in asked) == kept and all(int(m[1]) < int(m[2]) for m in asked), log[-5000:]
     done_before = finished_cells(resumed)
     assert 0 < len(done_before) < 8, f"kill came too late or too early: {len(done_before)} cells finished"
 
     log = finish(start(resumed, mirror_dir, MANY))
     assert log.count("reusing finished cell") == len(done_before)
+    assert kept_batches(resumed) == 0  # the answers a run used go once its cells are stored
     recomputed = [line for line in log.splitlines() if "decision=" in line and "cell " in line]
     assert len(recomputed) == 8 - len(done_before)
     assert finished_cells(resumed) == finished_cells(reference)

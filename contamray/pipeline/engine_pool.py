@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import json
 import logging
-import time
+import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request, guess_tokens
+from contamray.pipeline.answers import AnswerJournal, batch_digest
 from contamray.pipeline.plan import ModelPlan
 from contamray.pipeline.progress import Progress
-from contamray.serve.hosting import HOSTS, Hosts
+from contamray.serve.hosting import HOSTS, Hosts, answers_key
 
 log = logging.getLogger("contamray")
 
@@ -36,6 +37,8 @@ MAX_RETRY_WAIT_S = 30.0
 # ray.request_batch_tokens: about this much work per batch (``guessed_tokens``), so that long requests (a sharded test's
 # shard of long rows, many samples of a long prompt) come back, and show as progress, every minute or so on a CPU
 BATCH_TOKENS = 8192
+# how often a stage waiting for a model looks whether the run was told to stop (Ctrl-C)
+POLL_S = 0.5
 
 
 def guessed_tokens(request: Request) -> float:
@@ -76,41 +79,75 @@ class EnginePool:
         """(cell key, Output, how many requests shared its answer) for every (cell key, Request); order is
         not kept. Identical requests of different cells are sent once (``engines/dedup.py``).
 
-        Progress (requests done / total, tokens/s, an ETA from the guessed tokens left) is reported under ``label``
-        as batches come back.
+        Batches an earlier run of the same requests had answered when it stopped are read from the run's
+        ``AnswerJournal`` (``pipeline/answers.py``) instead of asked again; each batch answered here is written
+        there as it comes back. Progress (requests done / total, tokens/s, an ETA from the guessed tokens left) is
+        reported under ``label`` as batches come back.
         A batch whose replica died is sent again (``RETRIES`` times); a batch that still fails gives each
         of its requests an error output, so its examples are recorded as failed and the run goes on.
+        When the run is told to stop (``EnginePools.stop``: Ctrl-C), no batch is sent or waited for any more and
+        ``RunInterrupted`` is raised; the batches answered by then are kept.
         """
-        from ray import serve
-
         label = label or f"model {self.name}"
         work = Dedup(items)
         if work.saved:
             log.info("%s: %d of %d requests shared with another cell", label, work.saved, len(items))
-        unique = work.unique
-        batches = batched(unique, self.batch_size, self.batch_tokens)
+        batches = batched(work.unique, self.batch_size, self.batch_tokens)
+        out: list[tuple[str, Output]] = []
+        todo = []
+        kept_digests = self.pools.kept_digests(self.pool)
+        for batch in batches:
+            kept = self.pools.kept_answers(self.pool, batch) if batch_digest(batch) in kept_digests else None
+            if kept is None:
+                todo.append(batch)
+            else:
+                out.extend(kept)
+        if len(todo) < len(batches):
+            log.info("%s: %d of %d batches (%d requests) answered before this run stopped last time; not asked again",
+                     label, len(batches) - len(todo), len(batches), len(out))  # fmt: skip
+        if todo:
+            out.extend(self._ask(todo, label))
+        return work.expand(out)
+
+    def _ask(self, batches: list[list[tuple[str, Request]]], label: str) -> list[tuple[str, Output]]:
+        from ray import serve
+
         out: list[tuple[str, Output]] = []
         # requests differ in cost by orders of magnitude (a short score, 50 samples of 100 tokens): the ETA goes by
         # the guessed tokens left, not the requests left
         cost = [sum(guessed_tokens(req) for _, req in batch) for batch in batches]
-        with self.pools.use(self.pool) as app, Progress(label, len(unique), "requests", work=sum(cost)) as progress:
+        requests = sum(len(batch) for batch in batches)
+        with self.pools.use(self.pool) as app, Progress(label, requests, "requests", work=sum(cost)) as progress:
             handle = serve.get_app_handle(app)
-            with ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="engine") as pool:
+            pool = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="engine")
+            try:
                 futures = {pool.submit(self._send, handle, app, batch, label): i for i, batch in enumerate(batches)}
-                for future in as_completed(futures):
-                    answered = future.result()
-                    out.extend(answered)
-                    progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered),
-                                    work=cost[futures[future]])
-        return work.expand(out)
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        answered = future.result()
+                        out.extend(answered)
+                        progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered),
+                                        work=cost[futures[future]])
+                    self.pools.check_stop(label)
+            except (KeyboardInterrupt, RunInterrupted):  # Ctrl-C here, or a stop: the sending threads end in POLL_S
+                self.pools.stop()
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+        return out
 
     def _send(self, handle: Any, app: str, batch: list[tuple[str, Request]], label: str) -> list[tuple[str, Output]]:
         rows = {"cell": [cell for cell, _ in batch], "request": [json.dumps(req.to_row()) for _, req in batch]}
         error: BaseException | None = None
         for attempt in range(RETRIES + 1):
+            self.pools.check_stop(label)
+            response = handle.answer.remote(rows)
             try:
-                result = handle.answer.remote(rows).result()
-                return [(cell, Output.from_row(json.loads(row))) for cell, row in zip(result["cell"], result["output"])]
+                result = self._wait(response, label)
+            except RunInterrupted:
+                raise
             except Exception as err:  # noqa: BLE001 - a replica lost mid-batch: Serve replaces it, we resend
                 error = err
                 log.warning(
@@ -119,9 +156,29 @@ class EnginePool:
                     RETRIES + 1,
                 )  # fmt: skip
                 if attempt < RETRIES:
-                    time.sleep(min(2.0**attempt, MAX_RETRY_WAIT_S))
+                    self.pools.stopping.wait(min(2.0**attempt, MAX_RETRY_WAIT_S))
+                continue
+            answered = [(cell, Output.from_row(json.loads(row))) for cell, row in zip(result["cell"], result["output"])]
+            if not any(o.error for _, o in answered):
+                self.pools.keep_answers(self.pool, batch, list(result["output"]))
+            return answered
         reason = f"engine {self.name} failed the batch {RETRIES + 1} times: {type(error).__name__}: {error}"
         return [(cell, Output(key=req.key, error=reason[:2000])) for cell, req in batch]
+
+    def _wait(self, response: Any, label: str) -> Any:
+        """The response's result, polled every ``POLL_S`` so that a stop does not wait for the batch: the request is
+        then cancelled (best effort: a replica mid-forward-pass finishes it) and ``RunInterrupted`` raised."""
+        while True:
+            try:
+                return response.result(timeout_s=POLL_S)
+            except TimeoutError:
+                if self.pools.stopping.is_set():
+                    response.cancel()
+                    self.pools.check_stop(label)
+
+
+class RunInterrupted(Exception):
+    """The run was told to stop (``EnginePools.stop``) while a stage was asking a model."""
 
 
 class EnginePools:
@@ -131,11 +188,45 @@ class EnginePools:
     run ends, then the ones this process deployed are deleted unless ``serve.keep``.
     """
 
-    def __init__(self, ray_cfg: dict[str, Any], serve_cfg: dict[str, Any] | None = None, hosts: Hosts = HOSTS) -> None:
+    def __init__(
+        self,
+        ray_cfg: dict[str, Any],
+        serve_cfg: dict[str, Any] | None = None,
+        hosts: Hosts = HOSTS,
+        answers: AnswerJournal | None = None,
+    ) -> None:
         self.ray_cfg = ray_cfg
         self.serve_cfg = dict(serve_cfg or {})
         self.hosts = hosts
         self.run = uuid.uuid4().hex
+        self.answers = answers  # answered batches kept for a re-run (``pipeline/answers.py``); None: not kept
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Tell every stage asking a model to stop (the driver was interrupted): each raises ``RunInterrupted``
+        within ``POLL_S``, keeping the batches answered by then."""
+        self.stopping.set()
+
+    def check_stop(self, label: str) -> None:
+        if self.stopping.is_set():
+            raise RunInterrupted(f"{label}: stopped")
+
+    def kept_digests(self, pool: ModelPlan) -> set[str]:
+        """The digests of ``pool``'s model's batches kept by an earlier run."""
+        return self.answers.digests(answers_key(pool)) if self.answers is not None else set()
+
+    def kept_answers(self, pool: ModelPlan, batch: list[tuple[str, Request]]) -> list[tuple[str, Output]] | None:
+        """``batch``'s answers from ``pool``'s model kept by an earlier run, or None."""
+        if self.answers is None:
+            return None
+        rows = self.answers.get(answers_key(pool), batch_digest(batch), len(batch))
+        if rows is None:
+            return None
+        return [(cell, Output.from_row(json.loads(row))) for (cell, _), row in zip(batch, rows)]
+
+    def keep_answers(self, pool: ModelPlan, batch: list[tuple[str, Request]], rows: list[str]) -> None:
+        if self.answers is not None:
+            self.answers.put(answers_key(pool), batch_digest(batch), rows)
 
     def get(self, pool: ModelPlan) -> EnginePool:
         """``pool``'s model for a stage; each pass deploys it if it is not up (``use``)."""

@@ -39,6 +39,7 @@ from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.engines.wire import Output, Request
 from contamray.methods.base import NOT_APPLICABLE
 from contamray.pipeline.actors import ScoreWorker, json_default
+from contamray.pipeline.answers import AnswerJournal
 from contamray.pipeline.cells import (
     SCORE_CHUNK,
     EngineCosts,
@@ -109,15 +110,26 @@ def execute(
         if cell not in to_score:
             log.info("reusing scored cell %s (its examples are stored; reducing it)", cell.key)
     injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], artifacts)
-    if to_score:
-        closed = [c for c in to_score if c.family == "closed"]
-        opened = [c for c in to_score if c.family == "open"]
-        with EnginePools(plan.ray, plan.serve) as engines:  # each model loads once for the whole run
-            if opened:  # first: closed cells may depend on open ones, never the other way round
-                _score_open(plan, opened, records, failures, store, Path(output_dir), engines, injections, artifacts)
-            if closed:
-                _score_closed(plan, closed, records, failures, store, injections, engines)
-    _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
+    answers = AnswerJournal(f"{store.cells_uri}/answers")  # what a run stopped mid-stage had been answered
+    try:
+        if to_score:
+            closed = [c for c in to_score if c.family == "closed"]
+            opened = [c for c in to_score if c.family == "open"]
+            with EnginePools(plan.ray, plan.serve, answers=answers) as engines:  # each model loads once for the run
+                if opened:  # first: closed cells may depend on open ones, never the other way round
+                    _score_open(plan, opened, records, failures, store, Path(output_dir), engines, injections,
+                                artifacts)  # fmt: skip
+                if closed:
+                    _score_closed(plan, closed, records, failures, store, injections, engines)
+        _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
+        answers.clear()  # every cell is stored: the batches a stopped run kept are no longer needed
+    except KeyboardInterrupt:  # Ctrl-C: what is stored stays; say what and how to go on
+        done, total = store.interrupted()
+        log.warning(
+            "interrupted: %d of %d cells finished and stored under %s, %d answered batches kept (a run on the same "
+            "cells computes neither again)", done, total, store.cells_uri, answers.count(),
+        )  # fmt: skip
+        raise
     frames, verdicts = [], []
     for cell in plan.cells:
         examples, verdict = store.load(cell, hashes[cell])
@@ -196,8 +208,12 @@ def _score_closed(
             )  # fmt: skip
             for m in models
         ]
-        for future in futures:
-            future.result()
+        try:
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:  # Ctrl-C: every model's stage stops (``EnginePools.stop``), keeping its answers
+            engines.stop()
+            raise
 
 
 def _score_closed_model(

@@ -92,6 +92,7 @@ class ResultStore:
         self.fs, self._path = fsspec.core.url_to_fs(self.root)
         self.fs.makedirs(self._path, exist_ok=True)
         cells = str(cells_root).rstrip("/") if cells_root else f"{self.root}/cells"
+        self.cells_uri = cells
         self.cells_fs, self._cells_path = fsspec.core.url_to_fs(cells)
         self.cells_fs.makedirs(self._cells_path, exist_ok=True)
         self._checksums: dict[str, str] = {}  # cells whose examples this store wrote or verified: sha256
@@ -133,6 +134,14 @@ class ResultStore:
         """The run's tables are written: ``progress.json`` says finished."""
         if getattr(self, "_tracked", None) is not None:
             self._write_progress("finished")
+
+    def interrupted(self) -> tuple[int, int]:
+        """The run was interrupted: ``progress.json`` says so; returns (cells done, cells in the run)."""
+        tracked = getattr(self, "_tracked", None)
+        if tracked is None:
+            return 0, 0
+        self._write_progress("interrupted")
+        return sum(d for _, d in tracked.values()), len(tracked)
 
     def _mark(self, cell_hash: str, scored: bool, done: bool) -> None:
         tracked = getattr(self, "_tracked", None)

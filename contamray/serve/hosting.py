@@ -139,6 +139,21 @@ def app_name(pool: ModelPlan) -> str:
     return APP_PREFIX + digest
 
 
+def answers_key(pool: ModelPlan) -> str:
+    """What decides the answers of ``pool``'s model to a batch of requests: its engine spec, checkpoint files and
+    the device and threads a replica computes on - ``app_name``'s digest without the replica count and custom
+    resources, so the batches a run on one replica answered serve a re-run on two (``pipeline/answers.py``)."""
+    spec = {
+        "engine": pool.engine,
+        "num_gpus": pool.num_gpus,
+        "num_cpus": pool.num_cpus,
+        "accelerator_type": pool.accelerator_type,
+        "threads": pool.threads,
+        "files": pool.files,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def replica_options(pool: ModelPlan) -> dict[str, Any]:
     """Ray actor options of one replica of ``pool``."""
     options: dict[str, Any] = {"num_cpus": pool.num_cpus, "num_gpus": pool.num_gpus}
