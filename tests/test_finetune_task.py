@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -99,3 +100,46 @@ def test_the_fine_tune_runs_on_the_node_the_model_asks_for_and_engines_load_it_f
     again = injections.engine_pool("canary")
     assert again.engine["source"] == uri and injections.members("canary") == set(examples["record_id"])
     assert len(list_tasks(filters=[("name", "=", TASK)], raise_on_missing_output=False)) == 1
+
+
+def test_a_stopped_run_cancels_its_fine_tune_and_keeps_no_checkpoint(ray_cluster, tmp_path: Path, mirror_dir: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    """Ctrl-C while an injected model is fine-tuned (``EnginePools.stopping`` set): the driver stops waiting for
+    the task at once, cancels it and raises ``RunInterrupted`` - it used to wait for the whole fine-tune - and no
+    checkpoint is published (a fine-tune cut short is never taken for one)."""
+    import threading
+
+    from contamray.pipeline.engine_pool import RunInterrupted
+
+    monkeypatch.setenv("CONTAMRAY_CACHE", str(node_cache(tmp_path / "cache")))
+    artifacts = tmp_path / "artifacts"
+    cfg = composed(
+        "model=[canary]", "benchmark=[synthetic_facts]", "method=[perplexity]", "corpus=none", "run.limit=4",
+        f"data.mirror_dir={mirror_dir}", f"run.artifacts_uri=file://{artifacts}",
+        "models.canary.inject.partitions=[{benchmark:synthetic_facts,duplication:2}]",
+        "models.canary.inject.epochs=2000", "models.canary.inject.background.docs=0",
+        "models.canary.inject.max_length=64",
+    )  # fmt: skip
+    cfg.run.output_dir = str(tmp_path / "run")
+    plan = build_plan(cfg)
+    injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], f"file://{artifacts}")
+    stopping, raised = threading.Event(), []
+
+    def fine_tune() -> None:
+        try:
+            injections.engine_pool("canary", stopping=stopping)
+        except RunInterrupted as err:
+            raised.append(err)
+
+    worker = threading.Thread(target=fine_tune)
+    worker.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not [
+        t for t in list_tasks(filters=[("name", "=", TASK), ("state", "=", "RUNNING")], raise_on_missing_output=False)
+    ]:
+        time.sleep(0.2)
+    time.sleep(5)  # training: 2,000 epochs of 2 steps would take a quarter of an hour on 2 cores
+    stopping.set()
+    worker.join(timeout=120)
+    assert not worker.is_alive() and len(raised) == 1 and "fine-tune cancelled" in str(raised[0])
+    assert not list(artifacts.glob("injected/*/_COMPLETE"))

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("contamray")
 
 WAIT_LOG_S = 30.0  # how often the driver says the fine-tune is still running (or waiting for resources)
+STOP_POLL_S = 0.5  # how often the driver looks whether the run was stopped (Ctrl-C) while a fine-tune runs
 
 
 def injection_cache_dir() -> str:
@@ -65,9 +66,12 @@ class Injections:
         self._done: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, model_name: str, make_room: Callable[..., None] | None = None) -> Any | None:
+    def get(
+        self, model_name: str, make_room: Callable[..., None] | None = None, stopping: threading.Event | None = None
+    ) -> Any | None:
         """The model's ``InjectedModel`` (cached, or fine-tuned now as a Ray task; ``make_room(cpus=, gpus=)``
-        frees what idle models of the run hold first), or None when the model is not an injection."""
+        frees what idle models of the run hold first; ``stopping`` set - Ctrl-C - cancels the fine-tune), or None
+        when the model is not an injection."""
         model = self.plan.models.get(model_name)
         if model is None or not model.inject:
             return None
@@ -85,14 +89,16 @@ class Injections:
                     self.plan.data.get("mirror_dir"),
                     where=f"models.{model_name}.inject",
                     artifacts=self.artifacts,
-                    train=lambda job: finetune_on_cluster(job, model, self.artifacts, make_room),
+                    train=lambda job: finetune_on_cluster(job, model, self.artifacts, make_room, stopping=stopping),
                 )
             return self._done[model_name]
 
-    def engine_pool(self, model_name: str, make_room: Callable[..., None] | None = None) -> ModelPlan:
+    def engine_pool(
+        self, model_name: str, make_room: Callable[..., None] | None = None, stopping: threading.Event | None = None
+    ) -> ModelPlan:
         """The model's pool, loading the injected checkpoint when the model is an injection."""
         model = self.plan.models[model_name]
-        injected = self.get(model_name, make_room)
+        injected = self.get(model_name, make_room, stopping)
         if injected is None:
             return model
         source = injected.published or str(injected.path)
@@ -166,13 +172,20 @@ def finetune_on_cluster(
     artifacts: str | None,
     make_room: Callable[..., None] | None = None,
     cache_dir: str | None = None,
+    stopping: threading.Event | None = None,
 ) -> InjectedModel:
     """Run ``job`` (``contamray.inject.prepare.TrainJob``) as a Ray task with ``finetune_options(model)``; the
     ``InjectedModel`` it made: read where it lies on this node, or from its artifacts URI when the task ran
-    on another one. ``cache_dir`` is the task node's cache (default: its ``$CONTAMRAY_CACHE/injected``)."""
+    on another one. ``cache_dir`` is the task node's cache (default: its ``$CONTAMRAY_CACHE/injected``).
+    ``stopping`` set (the run was interrupted) cancels the task and raises ``RunInterrupted``."""
     import ray
 
     from contamray.inject.prepare import InjectedModel, published_uri
+    from contamray.pipeline.engine_pool import RunInterrupted
+
+    stopped = stopping if stopping is not None else threading.Event()
+    if stopped.is_set():
+        raise RunInterrupted(f"{job.where}: fine-tune not started, the run was stopped")
 
     wanted = finetune_options(model)
     if make_room is not None:  # idle models of the run make way
@@ -182,10 +195,15 @@ def finetune_on_cluster(
     log.info("injected model %s: fine-tuning as a Ray task with %s", job.where, options)
     remote = ray.remote(max_calls=1)(finetune_task).options(name=f"finetune:{job.where}", **options)
     ref = remote.remote(job, cache_dir, publish_to)
-    started = time.monotonic()
-    while not ray.wait([ref], timeout=WAIT_LOG_S)[0]:
-        log.info("injected model %s: fine-tune running or waiting for %s (%.0f s; available now: %s)", job.where,
-                 options, time.monotonic() - started, ray.available_resources())  # fmt: skip
+    started = logged = time.monotonic()
+    while not ray.wait([ref], timeout=STOP_POLL_S)[0]:
+        if stopped.is_set():
+            ray.cancel(ref, force=True)
+            raise RunInterrupted(f"{job.where}: fine-tune cancelled, the run was stopped")
+        if time.monotonic() - logged >= WAIT_LOG_S:
+            logged = time.monotonic()
+            log.info("injected model %s: fine-tune running or waiting for %s (%.0f s; available now: %s)", job.where,
+                     options, logged - started, ray.available_resources())  # fmt: skip
     node, path, manifest = ray.get(ref)
     if node == ray.get_runtime_context().get_node_id():
         return InjectedModel.from_manifest(path, manifest, published=publish_to)

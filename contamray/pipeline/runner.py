@@ -226,7 +226,8 @@ def _score_closed_model(
     injections: Injections,
     engines: EnginePools,
 ) -> None:
-    target = injections.engine_pool(model_name, engines.make_room)  # an injected model is fine-tuned here, once
+    # an injected model is fine-tuned here, once (cancelled by Ctrl-C: ``engines.stopping``)
+    target = injections.engine_pool(model_name, engines.make_room, engines.stopping)
     costs = EngineCosts()
     work = {c.key: (plan.methods[c.method], records[c.benchmark]) for c in cells}
     # the run holds its models (``EnginePools``): a judge or reference model serves every target
@@ -326,7 +327,7 @@ def _judge_open_cells(
             continue
         judge = plan.pool_for_role("judge", "")
         if judge.name in plan.models:  # the target itself judges
-            judge = injections.engine_pool(judge.name, engines.make_room)
+            judge = injections.engine_pool(judge.name, engines.make_room, engines.stopping)
         for req in mp.method.judge_requests(records[cell.benchmark], matches[cell.key], mp.config()):
             pools[judge.name] = judge
             items[judge.name].append((cell.key, req))
