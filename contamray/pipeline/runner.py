@@ -95,9 +95,11 @@ def execute(
     if any(c.family == "open" for c in plan.cells):  # likewise the same corpus files, not just paths
         plan.corpus_digest = corpus_fingerprint(plan.corpus, plan.row_digests)
     hashes = {c: plan.cell_hash(c) for c in plan.cells}
+    answers = AnswerJournal(f"{store.cells_uri}/answers")  # what a run stopped mid-stage had been answered
     if force:
         for cell in plan.cells:
             store.discard(hashes[cell])
+        answers.clear()
     store.track(list(hashes.values()))
     todo = [c for c in plan.cells if not store.has(hashes[c])]
     reused = [c.key for c in plan.cells if c not in todo]
@@ -110,7 +112,6 @@ def execute(
         if cell not in to_score:
             log.info("reusing scored cell %s (its examples are stored; reducing it)", cell.key)
     injections = Injections(plan, lambda names: load_benchmarks(plan, names)[0], artifacts)
-    answers = AnswerJournal(f"{store.cells_uri}/answers")  # what a run stopped mid-stage had been answered
     try:
         if to_score:
             closed = [c for c in to_score if c.family == "closed"]
