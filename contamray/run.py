@@ -13,6 +13,7 @@ score distributions) and the resolved ``config.yaml`` into the run's output dire
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -142,6 +143,12 @@ def main(cfg: DictConfig) -> None:
         print(f"interrupted: the cells finished and the batches answered so far are stored: {resume_hint(cfg)}",
               file=sys.stderr)  # fmt: skip
         sys.exit(130)
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM:  # not ray.init's SIGTERM handler (``ray job stop``, a scheduler, kill)
+            raise
+        print(f"stopped (SIGTERM): the cells finished and the batches answered so far are stored: "
+              f"{resume_hint(cfg)}", file=sys.stderr)  # fmt: skip
+        sys.exit(128 + signal.SIGTERM)
 
 
 def resume_hint(cfg: DictConfig) -> str:

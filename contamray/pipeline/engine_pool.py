@@ -39,6 +39,9 @@ MAX_RETRY_WAIT_S = 30.0
 BATCH_TOKENS = 8192
 # how often a stage waiting for a model looks whether the run was told to stop (Ctrl-C)
 POLL_S = 0.5
+# what stops a driver from outside: Ctrl-C, and SIGTERM (``ray job stop``, a scheduler, ``kill``), which the
+# handler ``ray.init`` installs in a driver turns into ``sys.exit(15)``
+STOPPED = (KeyboardInterrupt, SystemExit)
 
 
 def guessed_tokens(request: Request) -> float:
@@ -131,7 +134,7 @@ class EnginePool:
                         progress.update(len(answered), tokens=sum(o.num_tokens for _, o in answered),
                                         work=cost[futures[future]])
                     self.pools.check_stop(label)
-            except (KeyboardInterrupt, RunInterrupted):  # Ctrl-C here, or a stop: the sending threads end in POLL_S
+            except (*STOPPED, RunInterrupted):  # Ctrl-C here, or a stop: the sending threads end in POLL_S
                 self.pools.stop()
                 raise
             finally:

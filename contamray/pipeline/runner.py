@@ -51,7 +51,7 @@ from contamray.pipeline.cells import (
     yardstick_verdict,
 )
 from contamray.pipeline.corpus_scan import scan_corpus
-from contamray.pipeline.engine_pool import EnginePools
+from contamray.pipeline.engine_pool import STOPPED, EnginePools
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest
@@ -124,7 +124,7 @@ def execute(
                     _score_closed(plan, closed, records, failures, store, injections, engines)
         _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
         answers.clear()  # every cell is stored: the batches a stopped run kept are no longer needed
-    except KeyboardInterrupt:  # Ctrl-C: what is stored stays; say what and how to go on
+    except STOPPED:  # Ctrl-C, SIGTERM: what is stored stays; say what and how to go on
         done, total = store.interrupted()
         log.warning(
             "interrupted: %d of %d cells finished and stored under %s, %d answered batches kept (a run on the same "
@@ -212,7 +212,7 @@ def _score_closed(
         try:
             for future in futures:
                 future.result()
-        except KeyboardInterrupt:  # Ctrl-C: every model's stage stops (``EnginePools.stop``), keeping its answers
+        except STOPPED:  # Ctrl-C, SIGTERM: every model's stage stops (``EnginePools.stop``), keeping its answers
             engines.stop()
             raise
 
