@@ -142,8 +142,12 @@ def app_name(pool: ModelPlan) -> str:
 def answers_key(pool: ModelPlan) -> str:
     """What decides the answers of ``pool``'s model to a batch of requests: its engine spec, checkpoint files and
     the device and threads a replica computes on - ``app_name``'s digest without the replica count and custom
-    resources, so the batches a run on one replica answered serve a re-run on two (``pipeline/answers.py``)."""
+    resources, so the batches a run on one replica answered serve a re-run on two (``pipeline/answers.py``) - and
+    the results version, as the cells' hashes (an engine changed in the code answers otherwise)."""
+    from contamray.pipeline.plan import RESULTS_VERSION
+
     spec = {
+        "results": RESULTS_VERSION,
         "engine": pool.engine,
         "num_gpus": pool.num_gpus,
         "num_cpus": pool.num_cpus,
