@@ -48,7 +48,7 @@ from ray.serve.schema import ApplicationStatus
 
 from contamray.engines.checkpoint_files import CheckpointError
 from contamray.engines.wire import Request
-from contamray.pipeline.plan import ModelPlan
+from contamray.pipeline.plan import RESULTS_VERSION, ModelPlan
 from contamray.serve.router_loop import forget_shared_clients
 
 log = logging.getLogger("contamray")
@@ -144,8 +144,6 @@ def answers_key(pool: ModelPlan) -> str:
     the device and threads a replica computes on - ``app_name``'s digest without the replica count and custom
     resources, so the batches a run on one replica answered serve a re-run on two (``pipeline/answers.py``) - and
     the results version, as the cells' hashes (an engine changed in the code answers otherwise)."""
-    from contamray.pipeline.plan import RESULTS_VERSION
-
     spec = {
         "results": RESULTS_VERSION,
         "engine": pool.engine,
