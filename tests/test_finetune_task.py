@@ -109,7 +109,7 @@ def test_a_stopped_run_cancels_its_fine_tune_and_keeps_no_checkpoint(ray_cluster
     checkpoint is published (a fine-tune cut short is never taken for one)."""
     import threading
 
-    from contamray.pipeline.engine_pool import RunInterrupted
+    from contamray.interrupts import RunInterrupted
 
     monkeypatch.setenv("CONTAMRAY_CACHE", str(node_cache(tmp_path / "cache")))
     artifacts = tmp_path / "artifacts"

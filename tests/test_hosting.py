@@ -170,6 +170,45 @@ def test_a_vllm_replica_answers_a_run_as_transformers_does(roomy_ray, tmp_path, 
     assert list(hf[1]["decision"]) == list(vllm[1]["decision"])
 
 
+def test_a_stopped_run_stops_waiting_for_a_deployment_and_deletes_it(roomy_ray):
+    """Ctrl-C while a model's deployment cannot come up (``num_gpus: 1`` on this CPU-only Ray): the wait ends at
+    once - it used to last ``serve.deploy_timeout_s`` (30 minutes by default) - with ``RunInterrupted``, and the
+    application is deleted (nothing of the stopped run holds resources)."""
+    from contamray.interrupts import RunInterrupted
+    from contamray.pipeline.plan import ModelPlan
+    from contamray.serve.hosting import Hosts
+
+    pool = ModelPlan(name="big", engine={"source": "smollm2-135m", "backend": "hf", "dtype": "float32"},
+                     num_gpus=1.0, num_cpus=1.0)  # fmt: skip
+    stopping, raised = threading.Event(), []
+
+    def wait() -> None:
+        try:
+            with Hosts().use("run", pool, {"deploy_timeout_s": 1800}, {}, stopping):
+                pass
+        except RunInterrupted as err:
+            raised.append(err)
+
+    def deploying() -> bool:
+        try:
+            return any(a.startswith("contamray-") for a in serve.status().applications)
+        except Exception:  # noqa: BLE001 - Serve not started yet
+            return False
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    gone = time.monotonic() + 60
+    while not deploying():
+        assert time.monotonic() < gone, "the deployment never started"
+        time.sleep(0.2)
+    stopping.set()
+    waiter.join(timeout=120)
+    assert not waiter.is_alive() and len(raised) == 1 and "the run was stopped" in str(raised[0])
+    while deploying():
+        assert time.monotonic() < gone + 60, serve.status().applications
+        time.sleep(0.5)
+
+
 def test_a_model_no_node_can_host_stops_with_an_error_naming_it(roomy_ray, caplog):
     """``num_gpus: 1`` on this CPU-only Ray: the replica can never be scheduled. Within
     ``serve.deploy_timeout_s`` the deployment says why it waits; then it is deleted and the error names the

@@ -54,8 +54,11 @@ def start(out: Path, mirror: Path, hosting: list[str]) -> subprocess.Popen:
     env.pop("RAY_ADDRESS", None)
     args = [sys.executable, "-m", "contamray.run", "+exp=base", *GRID, *hosting, f"data.mirror_dir={mirror}",
             f"hydra.run.dir={out}"]
+    # Ctrl-C reaches the run as at a terminal: an xdist worker ignores SIGINT, and a child inherits that (Python
+    # then installs no KeyboardInterrupt handler)
     return subprocess.Popen(
-        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

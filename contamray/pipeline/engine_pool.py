@@ -23,6 +23,7 @@ from typing import Any
 
 from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request, guess_tokens
+from contamray.interrupts import STOPPED, RunInterrupted
 from contamray.pipeline.answers import AnswerJournal, batch_digest
 from contamray.pipeline.plan import ModelPlan
 from contamray.pipeline.progress import Progress
@@ -39,9 +40,6 @@ MAX_RETRY_WAIT_S = 30.0
 BATCH_TOKENS = 8192
 # how often a stage waiting for a model looks whether the run was told to stop (Ctrl-C)
 POLL_S = 0.5
-# what stops a driver from outside: Ctrl-C, and SIGTERM (``ray job stop``, a scheduler, ``kill``), which the
-# handler ``ray.init`` installs in a driver turns into ``sys.exit(15)``
-STOPPED = (KeyboardInterrupt, SystemExit)
 
 
 def guessed_tokens(request: Request) -> float:
@@ -180,10 +178,6 @@ class EnginePool:
                     self.pools.check_stop(label)
 
 
-class RunInterrupted(Exception):
-    """The run was told to stop (``EnginePools.stop``) while a stage was asking a model."""
-
-
 class EnginePools:
     """A run's hold on the models it uses; use as a context manager around the run.
 
@@ -237,7 +231,7 @@ class EnginePools:
 
     def use(self, pool: ModelPlan) -> Any:
         """A context in which ``pool``'s deployment is up and safe from eviction (``Hosts.use``)."""
-        return self.hosts.use(self.run, pool, self.serve_cfg, self.ray_cfg)
+        return self.hosts.use(self.run, pool, self.serve_cfg, self.ray_cfg, self.stopping)
 
     def make_room(self, cpus: float, gpus: float = 0.0) -> None:
         """Free ``cpus`` / ``gpus`` for other work (the scoring actors, a fine-tune) from idle models when the

@@ -181,7 +181,7 @@ def finetune_on_cluster(
     import ray
 
     from contamray.inject.prepare import InjectedModel, published_uri
-    from contamray.pipeline.engine_pool import RunInterrupted
+    from contamray.interrupts import RunInterrupted
 
     stopped = stopping if stopping is not None else threading.Event()
     if stopped.is_set():

@@ -37,6 +37,7 @@ from contamray.artifacts import artifacts_root
 from contamray.corpus.coverage import CorpusCoverage, coverage_of, with_coverage
 from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.engines.wire import Output, Request
+from contamray.interrupts import STOPPED
 from contamray.methods.base import NOT_APPLICABLE
 from contamray.pipeline.actors import ScoreWorker, json_default
 from contamray.pipeline.answers import AnswerJournal
@@ -51,7 +52,7 @@ from contamray.pipeline.cells import (
     yardstick_verdict,
 )
 from contamray.pipeline.corpus_scan import scan_corpus
-from contamray.pipeline.engine_pool import STOPPED, EnginePools
+from contamray.pipeline.engine_pool import EnginePools
 from contamray.pipeline.injections import Injections
 from contamray.pipeline.placement import cpu_work_options
 from contamray.pipeline.plan import Cell, ModelPlan, Plan, rows_digest

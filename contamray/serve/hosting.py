@@ -48,6 +48,7 @@ from ray.serve.schema import ApplicationStatus
 
 from contamray.engines.checkpoint_files import CheckpointError
 from contamray.engines.wire import Request
+from contamray.interrupts import RunInterrupted
 from contamray.pipeline.plan import RESULTS_VERSION, ModelPlan
 from contamray.serve.router_loop import forget_shared_clients
 
@@ -246,14 +247,17 @@ class Hosts:
         hosted.holders.add(run)
         return hosted, deploying
 
-    def _until_up(self, hosted: Hosted, deploying: bool, serve_cfg: dict[str, Any]) -> None:
+    def _until_up(
+        self, hosted: Hosted, deploying: bool, serve_cfg: dict[str, Any], stopping: threading.Event | None = None
+    ) -> None:
         """Wait for ``hosted`` to be up: the caller that started its deployment polls Serve (outside the
         deploy lock, so other models deploy meanwhile), every other caller waits for it."""
         if not deploying:
             hosted.wait()
             return
         try:
-            _wait_running(hosted.app, hosted.pool, float(serve_cfg.get("deploy_timeout_s", DEPLOY_TIMEOUT_S)))
+            _wait_running(hosted.app, hosted.pool, float(serve_cfg.get("deploy_timeout_s", DEPLOY_TIMEOUT_S)),
+                          stopping)  # fmt: skip
         except BaseException as err:
             hosted.error = err
             with self.count_lock:
@@ -389,17 +393,25 @@ class Hosts:
                 log.info("model %s: deployment %s deleted", hosted.pool.name, hosted.app)
 
     @contextmanager
-    def use(self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]) -> Iterator[str]:
+    def use(
+        self,
+        run: str,
+        pool: ModelPlan,
+        serve_cfg: dict[str, Any],
+        ray_cfg: dict[str, Any],
+        stopping: threading.Event | None = None,
+    ) -> Iterator[str]:
         """The application of ``pool``, up (deployed again if it was made to make room) and kept from
         eviction until the block ends: claiming it and marking it busy is one step under the deploy lock,
         so another thread's ``make_room`` cannot delete it in between; its load is waited for outside the
-        lock (``_until_up``), so the other models of the run deploy meanwhile."""
+        lock (``_until_up``), so the other models of the run deploy meanwhile. ``stopping`` set (Ctrl-C)
+        ends the wait for a deployment this call started: it is deleted and ``RunInterrupted`` raised."""
         with self.deploy_lock:
             hosted, deploying = self._claim(run, pool, serve_cfg, ray_cfg)
             with self.count_lock:
                 hosted.busy += 1
         try:
-            self._until_up(hosted, deploying, serve_cfg)
+            self._until_up(hosted, deploying, serve_cfg, stopping)
             yield hosted.app
         finally:
             with self.count_lock:
@@ -407,17 +419,21 @@ class Hosts:
                 hosted.last_used = time.monotonic()
 
 
-def _wait_running(app: str, pool: ModelPlan, timeout_s: float) -> None:
+def _wait_running(app: str, pool: ModelPlan, timeout_s: float, stopping: threading.Event | None = None) -> None:
     """Wait for ``app`` to be up, logging Serve's word on it every ``WAIT_LOG_S`` (a replica that waits for
     resources says which). A deployment that fails stops the run with Serve's reason; past ``timeout_s``
     the application is deleted and the run stops with an error naming the model, what one replica asks
-    for and the setting to change."""
+    for and the setting to change. ``stopping`` set (the run was stopped): the application is deleted and
+    ``RunInterrupted`` raised."""
     started = time.monotonic()
     said = started
     while True:
         status, message = _app_state(app)
         if status == ApplicationStatus.RUNNING:
             return
+        if stopping is not None and stopping.is_set():
+            _delete_quietly(app)
+            raise RunInterrupted(f"model {pool.name}: the run was stopped while its deployment {app} came up")
         # Serve tries a replica's constructor again (up to 3 times a replica) before it calls the deployment
         # failed; a checkpoint that cannot make the model fails every try alike, so its first failure stops the run
         if status == ApplicationStatus.DEPLOY_FAILED or PERMANENT in message:
