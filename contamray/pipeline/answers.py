@@ -4,10 +4,10 @@ A stage's requests go to a model in batches decided by the requests alone (``eng
 pass's last bits depend on its batch, so a config always sends the same batches), and a batch's answers are a
 function of its requests and of the model. Each batch a model answers with no failed request is written here at
 once, under what decides the model's answers (``hosting.answers_key``: its engine spec, a local checkpoint's
-files, the device and threads of a replica - not how many replicas) and a digest of the batch's requests, as the
-replica returned it. A run that stops mid-stage - Ctrl-C, a
-killed driver, a lost node - keeps those batches; its re-run finds them and sends only the others, and ends with
-the bytes an uninterrupted run gives. A batch with a failed request is not kept: the re-run asks it again.
+files, the device and threads of a replica, the results version - not how many replicas) and a digest of the
+batch's requests, as the replica returned it. A run that stops mid-stage - Ctrl-C, a killed driver, a lost node -
+keeps those batches; its re-run finds them and sends only the others, and ends with the bytes an uninterrupted run
+gives. A batch with a failed request is not kept: the re-run asks it again.
 
 The batches are a run's scratch, the cells its record: a run that ends with every cell of its plan stored removes
 them all (``clear``; runs sharing a cells root through ``run.cells_uri`` lose at worst the reuse of batches another
