@@ -230,7 +230,6 @@ def test_every_method_yaml_declares_every_parameter_of_its_method():
         assert set(spec) - {"method"} == fields, (file.name, sorted(fields - set(spec)), sorted(set(spec) - fields))
 
 
-
 def test_contamray_methods_lists_every_preset_a_run_takes_with_the_values_it_starts_from(capsys):
     """``contamray methods`` is what ``method=[...]`` takes: every ``conf/method`` preset, named as a run names it
     (ngram13, not the registered ngram_overlap behind it), with the preset's values - a run of ``min_k`` asks both
@@ -248,6 +247,7 @@ def test_contamray_methods_lists_every_preset_a_run_takes_with_the_values_it_sta
     assert get_method("min_k").Config().chat is False and "chat='both'" in params["min_k"]
     assert "n=13" in params["ngram13"] and "n=8" in params["gpt2_8gram"]
     assert "test='t'" in params["sharded_likelihood_oren"]
+
 
 def test_a_parameter_written_at_its_default_hashes_as_left_out():
     """A cell's hash reads every parameter's value (``MethodPlan.resolved``): spelling a default out reuses the

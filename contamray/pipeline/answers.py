@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
-from typing import Any
 
 import fsspec
 
 from contamray.engines.wire import Request
+from contamray.pipeline.store import StoreWriteError, write_atomic
 
 
 def batch_digest(batch: list[tuple[str, Request]]) -> str:
@@ -70,19 +69,18 @@ class AnswerJournal:
     def put(self, model: str, digest: str, rows: list[str]) -> None:
         """Keep ``model``'s output rows for the batch of ``digest``, written whole or not at all. A store that
         cannot be written loses only the reuse: the run goes on."""
-        path = self._file(model, digest)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            with self.fs.open(tmp, "wb") as fh:
-                fh.write(json.dumps({"outputs": rows}).encode())
-            self.fs.mv(tmp, path)
-        except OSError:
-            _remove(self.fs, tmp)
+            write_atomic(self.fs, self._file(model, digest), json.dumps({"outputs": rows}).encode())
+        except StoreWriteError:
+            pass
 
     def clear(self) -> None:
         """Remove every kept batch (the run's cells are all stored)."""
-        _remove(self.fs, self._path, recursive=True)
+        try:
+            if self.fs.exists(self._path):
+                self.fs.rm(self._path, recursive=True)
+        except OSError:  # left behind: the next run that ends clears them
+            pass
 
     def count(self) -> int:
         """The batches kept under the root (every model)."""
@@ -91,10 +89,3 @@ class AnswerJournal:
         except OSError:
             return 0
 
-
-def _remove(fs: Any, path: str, recursive: bool = False) -> None:
-    try:
-        if fs.exists(path):
-            fs.rm(path, recursive=recursive)
-    except OSError:
-        pass

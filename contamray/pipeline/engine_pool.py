@@ -98,7 +98,8 @@ class EnginePool:
         todo = []
         kept_digests = self.pools.kept_digests(self.pool)
         for batch in batches:
-            kept = self.pools.kept_answers(self.pool, batch) if batch_digest(batch) in kept_digests else None
+            digest = batch_digest(batch)
+            kept = self.pools.kept_answers(self.pool, batch, digest) if digest in kept_digests else None
             if kept is None:
                 todo.append(batch)
             else:
@@ -212,11 +213,14 @@ class EnginePools:
         """The digests of ``pool``'s model's batches kept by an earlier run."""
         return self.answers.digests(answers_key(pool)) if self.answers is not None else set()
 
-    def kept_answers(self, pool: ModelPlan, batch: list[tuple[str, Request]]) -> list[tuple[str, Output]] | None:
-        """``batch``'s answers from ``pool``'s model kept by an earlier run, or None."""
+    def kept_answers(
+        self, pool: ModelPlan, batch: list[tuple[str, Request]], digest: str
+    ) -> list[tuple[str, Output]] | None:
+        """``batch``'s (of ``digest``: ``batch_digest``) answers from ``pool``'s model kept by an earlier run, or
+        None."""
         if self.answers is None:
             return None
-        rows = self.answers.get(answers_key(pool), batch_digest(batch), len(batch))
+        rows = self.answers.get(answers_key(pool), digest, len(batch))
         if rows is None:
             return None
         return [(cell, Output.from_row(json.loads(row))) for (cell, _), row in zip(batch, rows)]

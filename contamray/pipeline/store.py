@@ -80,6 +80,24 @@ class StoreWriteError(OSError):
         self.path = path
 
 
+def write_atomic(fs: Any, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` on ``fs`` whole or not at all (a temporary name, then a move); raises
+    ``StoreWriteError`` and leaves no half-written file when it cannot."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        fs.mv(tmp, path)
+    except OSError as err:  # a full disk, a quota, a lost mount: stop, and leave no half-written file
+        try:
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        except OSError:
+            pass
+        raise StoreWriteError(path, len(data), err) from err
+
+
 class ResultStore:
     """The run's tables under ``root``; finished cells under ``cells_root`` (default ``root/cells``).
 
@@ -104,22 +122,6 @@ class ResultStore:
 
     def _cell(self, cell_hash: str, name: str) -> str:
         return "/".join([self._cells_path.rstrip("/"), cell_hash, name])
-
-    @staticmethod
-    def _write_atomic(fs: Any, path: str, data: bytes) -> None:
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            with fs.open(tmp, "wb") as fh:
-                fh.write(data)
-            fs.mv(tmp, path)
-        except OSError as err:  # a full disk, a quota, a lost mount: stop, and leave no half-written file
-            try:
-                if fs.exists(tmp):
-                    fs.rm(tmp)
-            except OSError:
-                pass
-            raise StoreWriteError(path, len(data), err) from err
 
     # progress ----------------------------------------------------------------------------------
     def track(self, cell_hashes: list[str]) -> None:
@@ -162,7 +164,7 @@ class ResultStore:
                 "cells_done": sum(d for _, d in states),
                 "updated": time.time(),
             }
-            self._write_atomic(self.fs, self._join(PROGRESS_FILE), json.dumps(body).encode())
+            write_atomic(self.fs, self._join(PROGRESS_FILE), json.dumps(body).encode())
 
     # cells -------------------------------------------------------------------------------------
     def has(self, cell_hash: str) -> bool:
@@ -218,8 +220,8 @@ class ResultStore:
         data = parquet_bytes(examples)
         digest = hashlib.sha256(data).hexdigest()
         self._finished.discard(cell_hash)  # new examples: a verdict of the old ones no longer holds
-        self._write_atomic(self.cells_fs, self._cell(cell_hash, EXAMPLES), data)
-        self._write_atomic(self.cells_fs, self._cell(cell_hash, EXAMPLES_SHA256), digest.encode())
+        write_atomic(self.cells_fs, self._cell(cell_hash, EXAMPLES), data)
+        write_atomic(self.cells_fs, self._cell(cell_hash, EXAMPLES_SHA256), digest.encode())
         self._checksums[cell_hash] = digest
         self._mark(cell_hash, scored=True, done=False)
 
@@ -229,7 +231,7 @@ class ResultStore:
         row = dict(verdict, model=cell.model, benchmark=cell.benchmark, method=cell.method, cell_hash=cell_hash)
         row[CHECKSUM_KEY] = self._checksums[cell_hash]
         data = json.dumps(row, indent=2, default=str).encode()
-        self._write_atomic(self.cells_fs, self._cell(cell_hash, VERDICT), data)
+        write_atomic(self.cells_fs, self._cell(cell_hash, VERDICT), data)
         self._finished.add(cell_hash)
         self._mark(cell_hash, scored=True, done=True)
 
@@ -241,7 +243,7 @@ class ResultStore:
     def put_coverage(self, cell_hash: str, coverage: dict[str, Any]) -> None:
         """What the corpus scan that scores an open-data cell could not read (``corpus.coverage``), stored before
         the cell's examples, so whichever run reduces the cell says it."""
-        self._write_atomic(self.cells_fs, self._cell(cell_hash, COVERAGE), json.dumps(coverage).encode())
+        write_atomic(self.cells_fs, self._cell(cell_hash, COVERAGE), json.dumps(coverage).encode())
 
     def get_coverage(self, cell_hash: str) -> dict[str, Any] | None:
         """The stored coverage of an open-data cell, or None (a cell scored before coverage was stored)."""
@@ -274,7 +276,7 @@ class ResultStore:
     def put_scan(self, index_hash: str, shard_key: str, data: bytes) -> None:
         """A corpus pass's folded matches for one benchmark index (``pipeline/corpus_scan.py``), with its sha256."""
         digest = hashlib.sha256(data).hexdigest().encode()
-        self._write_atomic(self.cells_fs, self._scan(index_hash, shard_key), digest + b"\n" + data)
+        write_atomic(self.cells_fs, self._scan(index_hash, shard_key), digest + b"\n" + data)
 
     def get_scan(self, index_hash: str, shard_key: str) -> dict[str, Any] | None:
         """The stored pass, or None when there is none or it does not match its checksum (scanned again)."""
@@ -302,13 +304,13 @@ class ResultStore:
         table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         front = [c for c in ("model", "partition", "method", "record_id", "error") if c in table.columns]
         table = table[front + [c for c in table.columns if c not in front]]
-        self._write_atomic(self.fs, paths["examples"], parquet_bytes(table))
+        write_atomic(self.fs, paths["examples"], parquet_bytes(table))
         partitions = pd.DataFrame(verdicts)
         clock = [c for c in WALL_CLOCK if c in partitions.columns]
         timings = partitions[[c for c in CELL_KEY if c in partitions.columns] + clock]
-        self._write_atomic(self.fs, paths["partitions"], parquet_bytes(partitions.drop(columns=clock)))
-        self._write_atomic(self.fs, paths["timings"], parquet_bytes(timings))
-        self._write_atomic(self.fs, paths["summary"], json.dumps(verdicts, indent=2, default=str).encode())
+        write_atomic(self.fs, paths["partitions"], parquet_bytes(partitions.drop(columns=clock)))
+        write_atomic(self.fs, paths["timings"], parquet_bytes(timings))
+        write_atomic(self.fs, paths["summary"], json.dumps(verdicts, indent=2, default=str).encode())
         return paths
 
 

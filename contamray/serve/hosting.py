@@ -126,7 +126,20 @@ def _answer_rows(engine: Any, rows: list[str]) -> list[str]:
 def app_name(pool: ModelPlan) -> str:
     """The Serve application hosting ``pool``'s model: a digest of what makes two hosts interchangeable
     (the engine spec and the replicas' resources), not of the model's name in this run."""
-    spec = {
+    return APP_PREFIX + _digest(_host_spec(pool))
+
+
+def answers_key(pool: ModelPlan) -> str:
+    """What decides the answers of ``pool``'s model to a batch of requests: ``app_name``'s spec without the replica
+    count and custom resources (the engine spec, checkpoint files, the device and threads a replica computes on), so
+    the batches a run on one replica answered serve a re-run on two (``pipeline/answers.py``), with the results
+    version, as the cells' hashes (an engine changed in the code answers otherwise)."""
+    spec = {k: v for k, v in _host_spec(pool).items() if k not in ("concurrency", "resources")}
+    return _digest({"results": RESULTS_VERSION, **spec})
+
+
+def _host_spec(pool: ModelPlan) -> dict[str, Any]:
+    return {
         "engine": pool.engine,
         "num_gpus": pool.num_gpus,
         "num_cpus": pool.num_cpus,
@@ -136,24 +149,9 @@ def app_name(pool: ModelPlan) -> str:
         **({"threads": pool.threads} if pool.threads else {}),
         **({"files": pool.files} if pool.files else {}),  # a local checkpoint retrained in place is another model
     }
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return APP_PREFIX + digest
 
 
-def answers_key(pool: ModelPlan) -> str:
-    """What decides the answers of ``pool``'s model to a batch of requests: its engine spec, checkpoint files and
-    the device and threads a replica computes on - ``app_name``'s digest without the replica count and custom
-    resources, so the batches a run on one replica answered serve a re-run on two (``pipeline/answers.py``) - and
-    the results version, as the cells' hashes (an engine changed in the code answers otherwise)."""
-    spec = {
-        "results": RESULTS_VERSION,
-        "engine": pool.engine,
-        "num_gpus": pool.num_gpus,
-        "num_cpus": pool.num_cpus,
-        "accelerator_type": pool.accelerator_type,
-        "threads": pool.threads,
-        "files": pool.files,
-    }
+def _digest(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
