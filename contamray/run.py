@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contamray import logs, output_root
 from contamray.experiments import CONF_DIR, key_not_in_run, with_experiment
+from contamray.interrupts import take_sigterm
 
 log = logging.getLogger("contamray")
 _RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
@@ -49,6 +50,7 @@ def init_ray(ray_cfg: dict[str, Any]) -> None:
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
             try:
                 ray.init(address=address, **kwargs)
+                take_sigterm()  # the clean-up after a SIGTERM is not cut short by Ray's 3 s abort
                 return
             except Exception as err:  # noqa: BLE001 - retried below; the last attempt's error is raised
                 if attempt == RAY_START_ATTEMPTS:

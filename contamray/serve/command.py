@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any
 
+from contamray.interrupts import take_sigterm
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -49,6 +51,7 @@ def start(settings: Any, app: Any) -> str:
             if settings.ray.get("dashboard_port"):
                 kwargs["dashboard_port"] = int(settings.ray["dashboard_port"])
             ray.init(**kwargs)
+        take_sigterm(_interrupt)  # `kill` stops it as Ctrl-C does, not cut short by Ray's 3 s abort
     serve.start(http_options={"host": settings.host, "port": settings.port})
     check_proxy()
     serve.run(app, name=APP_NAME, route_prefix="/")
