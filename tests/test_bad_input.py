@@ -280,6 +280,26 @@ def test_a_corrupt_checkpoint_names_the_key_and_the_fix(tmp_path: Path):
         build_engine(EngineSpec(source=str(tmp_path), backend="hf", name="m"))
 
 
+def test_a_checkpoint_missing_a_layers_weights_is_refused_not_started_at_random(tmp_path: Path):
+    """Weights for every tensor but one layer's (a shard lost in a copy): transformers loads it, starting the layer
+    at random with a logged table, and the model's scores are noise. The engine refuses it, naming the tensors."""
+    from safetensors.torch import load_file, save_file
+
+    from contamray.engines import EngineSpec, build_engine, resolve_model_path
+    from contamray.engines.checkpoint_files import CheckpointError
+
+    source = Path(resolve_model_path("smollm2-135m"))
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    weights = load_file(source / "model.safetensors")
+    kept = {name: tensor for name, tensor in weights.items() if not name.startswith("model.layers.29.")}
+    assert len(kept) == len(weights) - 9
+    save_file(kept, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"models\.m\.source: the checkpoint .* has no weights for 9 of the "
+                       r"model's tensors \(model\.layers\.29\..*would start them at random"):  # fmt: skip
+        build_engine(EngineSpec(source=str(tmp_path), backend="hf", name="m"))
+
+
 @pytest.mark.slow
 def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_models_cells_are_kept(
     tmp_path: Path, mirror_dir: Path

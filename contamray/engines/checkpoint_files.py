@@ -18,10 +18,10 @@ weight (``check_weight_files``), so the run stops before Ray starts, naming the 
   ``training_args.bin``: not weights).
 
 Read per file: the first 8 bytes and the header for safetensors, the zip directory at the end for ``*.bin``:
-a few kilobytes of a 14 GB checkpoint. What this cannot see (a tensor of the wrong shape, bytes flipped inside
-a tensor) is still the loader's to report, from the replica (``engines/hf.py``, ``serve/hosting.py``), as a
-``CheckpointError``: a failure no retry can mend, so the run stops at the replica's first failed start instead of
-waiting for Serve's other tries.
+a few kilobytes of a 14 GB checkpoint. What this cannot see (a tensor of the wrong shape or none for some of the
+model's, bytes flipped inside a tensor) is still the loader's to report, from the replica (``engines/hf.py``,
+``serve/hosting.py``), as a ``CheckpointError``: a failure no retry can mend, so the run stops at the replica's
+first failed start instead of waiting for Serve's other tries.
 """
 
 from __future__ import annotations

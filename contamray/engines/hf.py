@@ -151,6 +151,29 @@ def _token_scores(
     )
 
 
+def check_loaded_weights(loading: dict[str, Any], model_path: str, where: str) -> None:
+    """Refuse a checkpoint that leaves some of the model's tensors without weights (``from_pretrained``'s
+    ``missing_keys``): transformers starts them at random, logs a table and goes on, and every score the model
+    then gives is noise. A shard or a layer lost in a copy, or weights saved with another ``config.json``.
+    Tensors the model has no place for (``unexpected_keys``: a value head, a vision tower, extra layers) are
+    logged, not refused: most are benign, and transformers already drops the ones it knows to be."""
+    unexpected = sorted(loading.get("unexpected_keys") or ())
+    if unexpected:
+        log.warning(
+            "%s.source: %d tensor(s) of the checkpoint %r have no place in the model and are not used: %s%s",
+            where, len(unexpected), model_path, ", ".join(unexpected[:6]), " ..." if len(unexpected) > 6 else "",
+        )
+    missing = sorted(loading.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise CheckpointError(
+            f"{where}.source: the checkpoint {model_path!r} has no weights for {len(missing)} of the model's "
+            f"tensors ({shown}); transformers would start them at random and every score would be noise. Its "
+            "weight files are incomplete or were saved with another config.json: copy every shard, or save the "
+            "model again with save_pretrained"
+        )
+
+
 class HFEngine:
     """Engine backed by a transformers causal LM (see the module docstring for the conventions)."""
 
@@ -185,8 +208,8 @@ class HFEngine:
         explicit = tokenizer_path is not None
         try:
             self.tokenizer = load_tokenizer(tokenizer_path or model_path, where, explicit, trust_remote_code)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
+            self.model, loading = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code, output_loading_info=True
             )
         except TokenizerError:
             raise
@@ -200,6 +223,7 @@ class HFEngine:
                 f"{where}.source: cannot load model {model_path!r} with transformers ({type(exc).__name__}: "
                 f"{exc}); its files are corrupt or incomplete: download or convert the checkpoint again"
             ) from exc
+        check_loaded_weights(loading, model_path, where)
         self.model.to(self.device).eval()
         check_vocabulary(self.tokenizer, self.model.get_input_embeddings().num_embeddings, where, explicit)
         self.dtype = next(self.model.parameters()).dtype
