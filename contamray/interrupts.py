@@ -7,6 +7,11 @@ waits on the cluster in another thread - a stage's batches (``pipeline/engine_po
 (``serve/hosting.py``), an injected model's fine-tune (``pipeline/injections.py``) - stops waiting and raises
 ``RunInterrupted``, keeping what it finished.
 
+A multirun sweep runs its jobs in threads of one driver (``hydra_plugins/contamray_launcher``), so the stop
+reaches the launcher's main thread, not the jobs: it calls ``stop_all``, which sets the stop event of every run's
+``EnginePools`` open now or opened later in the sweep (``watch``) and answers ``stop_requested`` for the parts
+that wait on no model (a corpus scan's stream of matches); each job then ends as a stopped single run does.
+
 ``take_sigterm``: once Ray is up, SIGTERM goes to a Python handler alone. Ray's core worker installs Abseil's
 failure-signal handler in front of ``ray.init``'s: it logs the signal, chains to the Python handler, and arms a 3 s
 alarm that aborts the process (SIGABRT) whatever the clean-up is doing - deleting the deployments, writing what is
@@ -23,6 +28,41 @@ from types import FrameType
 from typing import Any
 
 STOPPED = (KeyboardInterrupt, SystemExit)
+
+_SWEEP_STOPPED = threading.Event()  # set by stop_all, cleared when a sweep starts (reset)
+_OPEN: set[threading.Event] = set()  # the stop events of the runs' EnginePools open now
+_OPEN_LOCK = threading.Lock()
+
+
+def watch(event: threading.Event) -> None:
+    """``event`` (a run's ``EnginePools.stopping``, while the pools are open) is set by ``stop_all`` - at once if the
+    sweep was stopped before."""
+    with _OPEN_LOCK:
+        _OPEN.add(event)
+        if _SWEEP_STOPPED.is_set():
+            event.set()
+
+
+def unwatch(event: threading.Event) -> None:
+    with _OPEN_LOCK:
+        _OPEN.discard(event)
+
+
+def stop_all() -> None:
+    """Stop every run of this process (a sweep's jobs): see the module's docstring."""
+    with _OPEN_LOCK:
+        _SWEEP_STOPPED.set()
+        for event in _OPEN:
+            event.set()
+
+
+def stop_requested() -> bool:
+    return _SWEEP_STOPPED.is_set()
+
+
+def reset() -> None:
+    """A sweep starts: nothing is stopped."""
+    _SWEEP_STOPPED.clear()
 
 
 def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

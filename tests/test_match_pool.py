@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import ray
 
+from contamray.interrupts import RunInterrupted
 from contamray.methods.base import get_method
 from contamray.pipeline.actors import FileMatchWorker, Scanner, match_output, scan_files
 from contamray.pipeline.corpus_scan import FoldedStream, fold_stream
@@ -157,3 +158,29 @@ def test_an_actor_restarted_between_tasks_has_its_folded_tasks_scanned_again(
     assert pooled == one_process(method, cfg, index, paths).folds["c"].rows()
     assert {r["record_id"] for r in pooled} == {f"q{i}" for i in range(6)}
     assert all(r["n_docs"] == 1 for r in pooled)  # each planted document counted once, not twice
+
+
+def test_a_stopped_sweep_stops_folding_a_scan_at_the_next_batch(tmp_path: Path) -> None:
+    """A sweep's job folds its scan in a thread Ctrl-C never reaches: ``interrupts.stop_all`` (the launcher's, on the
+    signal) makes the fold raise ``RunInterrupted`` at the next batch instead of reading the corpus to its end."""
+    from contamray import interrupts
+
+    method, cfg, index, _, paths = setup(tmp_path, 3)
+    scanner = Scanner([("c", method, cfg, index)], 1 << 24)
+    read: list[int] = []
+
+    def batches():  # one per file, as a pool's tasks give them
+        for number, path in enumerate(paths):
+            read.append(number)
+            if number == 1:
+                interrupts.stop_all()
+            yield from (match_output(batch, rows) for batch, rows in scan_files(scanner, [path], READ, 50))
+
+    interrupts.reset()
+    try:
+        with pytest.raises(RunInterrupted, match="corpus scan: stopped"):
+            fold_stream(batches(), {"c": (method, cfg)})
+    finally:
+        interrupts.reset()
+    assert read == [0, 1]
+    assert one_process(method, cfg, index, paths).folds["c"].rows()  # not stopped: the same scan folds to its end

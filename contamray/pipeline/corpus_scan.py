@@ -47,6 +47,7 @@ import ray
 
 from contamray.corpus import is_hub_uri
 from contamray.corpus.fingerprint import file_listing
+from contamray.interrupts import RunInterrupted, stop_requested
 from contamray.methods.base import Method
 from contamray.pipeline.actors import CORPUS_ERRORS, Folds, MatchWorker, record_parts
 from contamray.pipeline.match_pool import pooled_matches
@@ -366,9 +367,13 @@ class FoldedStream:
 def fold_stream(batches: Iterable[dict[str, Any]], folds: Folds) -> FoldedStream:
     """The driver's part of a scan: the match actors' output batches (``actors.match_output`` rows) folded per cell
     as they arrive (``folds``: cell key -> (method, config)), a refold whenever enough rows wait (``_fold_into``)
-    and once at the end. ``bench/open_data_scan.py`` folds its one-process baseline's output with it too."""
+    and once at the end. ``bench/open_data_scan.py`` folds its one-process baseline's output with it too. A stopped
+    sweep (``interrupts.stop_all``: a job runs in a thread the signal does not reach; a single run's Ctrl-C interrupts
+    the driver's thread itself) raises ``RunInterrupted`` at the next batch; the passes finished before are stored."""
     out = FoldedStream({key: _Folding() for key in folds}, dict.fromkeys(folds, 0.0), [])
     for cell_key, blob, spent in _blobs(batches):
+        if stop_requested():
+            raise RunInterrupted("corpus scan: stopped; the passes finished before are stored")
         if cell_key == CORPUS_ERRORS:
             out.errors.extend(pickle.loads(blob))
             continue

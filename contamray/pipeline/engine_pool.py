@@ -21,6 +21,7 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
+from contamray import interrupts
 from contamray.engines.dedup import Dedup
 from contamray.engines.wire import Output, Request, guess_tokens
 from contamray.interrupts import STOPPED, RunInterrupted
@@ -246,7 +247,11 @@ class EnginePools:
         self.hosts.release(self.run, keep=bool(self.serve_cfg.get("keep", False)))
 
     def __enter__(self) -> EnginePools:
+        interrupts.watch(self.stopping)  # a sweep's stop (``interrupts.stop_all``) reaches it
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            interrupts.unwatch(self.stopping)

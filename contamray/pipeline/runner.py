@@ -37,7 +37,7 @@ from contamray.artifacts import artifacts_root
 from contamray.corpus.coverage import CorpusCoverage, coverage_of, with_coverage
 from contamray.corpus.fingerprint import corpus_fingerprint
 from contamray.engines.wire import Output, Request
-from contamray.interrupts import STOPPED
+from contamray.interrupts import STOPPED, RunInterrupted
 from contamray.methods.base import NOT_APPLICABLE
 from contamray.pipeline.actors import ScoreWorker, json_default
 from contamray.pipeline.answers import AnswerJournal
@@ -125,7 +125,7 @@ def execute(
                     _score_closed(plan, closed, records, failures, store, injections, engines)
         _reduce(plan, [c for c in todo if not store.has(hashes[c])], store, injections)
         answers.clear()  # every cell is stored: the batches a stopped run kept are no longer needed
-    except STOPPED:  # Ctrl-C, SIGTERM: what is stored stays; say what and how to go on
+    except (*STOPPED, RunInterrupted):  # Ctrl-C, SIGTERM (a sweep's job: stop_all): what is stored stays
         done, total = store.interrupted()
         log.warning(
             "interrupted: %d of %d cells finished and stored under %s, %d answered batches kept (a run on the same "

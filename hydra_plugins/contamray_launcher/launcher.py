@@ -6,14 +6,21 @@ same Ray cluster (``ray.init`` once): job B's engines load while job A's score. 
 output directory (``hydra.sweep.dir/<job num>``), resolved before the jobs start so concurrent jobs
 never read one another's Hydra runtime state. ``hydra.launcher.max_concurrent`` bounds the threads.
 
+Ctrl-C or SIGTERM reaches this thread, not the jobs': it stops them all (``contamray.interrupts.stop_all``: each
+job's stages stop where they are, keeping the cells finished and the batches answered, as a stopped single run
+does), waits for them to end, and exits with 130 (143), saying how to go on (the same sweep directory: each job
+reuses what it stored in its own). Ray is started here, in the main thread, before the jobs (``_start_ray``).
+
 The hydra-ray-launcher plugin starts a cluster per sweep and pins old Ray releases; with a cluster
 already up (``RAY_ADDRESS``) this is the lighter fit.
 """
 
 
 import logging
+import signal
+import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +28,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from contamray import interrupts
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +75,8 @@ class ContamrayLauncher(Launcher):
                 if "run" in sweep_config and "output_dir" in sweep_config.run:
                     sweep_config.run.output_dir = str(job_dir)
             configs.append(sweep_config)
+        interrupts.reset()
+        _start_ray(configs[0])
         with ThreadPoolExecutor(max_workers=min(self.max_concurrent, len(configs)), thread_name_prefix="job") as pool:
             futures = [
                 pool.submit(
@@ -79,6 +90,31 @@ class ContamrayLauncher(Launcher):
                 )
                 for cfg in configs
             ]
+            _wait_or_stop(futures, str(self.config.hydra.sweep.dir))
             runs = [f.result() for f in futures]
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
+
+
+def _start_ray(config: DictConfig) -> None:
+    """Ray for every job of the sweep, joined or started here, in the main thread, as the first job's config says
+    (the jobs share one Ray, ``contamray.run.init_ray``). Started from a job's thread, Ray took 15-35 s more to shut
+    down at the sweep's end (its core worker's shutdown, flushing metrics), and Ray's failure-signal handler stood
+    in front of the main thread's SIGTERM handler (``contamray.interrupts.take_sigterm``, called by ``init_ray``)."""
+    from contamray.run import init_ray
+
+    init_ray(OmegaConf.to_container(config.ray, resolve=True) if "ray" in config else {})  # type: ignore[arg-type]
+
+
+def _wait_or_stop(futures: list[Future], sweep_dir: str) -> None:
+    """Wait for the jobs; on Ctrl-C or SIGTERM stop them all, wait for them to end and exit (130 / 143)."""
+    try:
+        wait(futures)
+    except interrupts.STOPPED as stop:
+        interrupts.stop_all()
+        log.warning("interrupted: stopping the sweep's %d job(s) where they are", sum(not f.done() for f in futures))
+        wait(futures)  # each stops within seconds, keeping what it finished (its log says what)
+        signalled = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped (SIGTERM)"
+        print(f"{signalled}: each job's cells finished and batches answered so far are stored in its own directory "
+              f"under {sweep_dir}: the same command with hydra.sweep.dir={sweep_dir} reuses them", file=sys.stderr)
+        sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 128 + signal.SIGTERM)
