@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 STOPPED = (KeyboardInterrupt, SystemExit)
 
@@ -75,6 +75,16 @@ def take_sigterm(handler: Callable[[int, FrameType | None], Any] = exit_on_sigte
     handlers belong to the main thread: from another one (a multirun job's) nothing is changed."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
+
+
+def exit_stopped(stop: BaseException, kept: str) -> NoReturn:
+    """Say on stderr how the driver was stopped and what it ``kept``, then exit as a stopped process does: 130 for
+    Ctrl-C, 143 (128 + SIGTERM) for SIGTERM's ``SystemExit``."""
+    if isinstance(stop, KeyboardInterrupt):
+        print(f"interrupted: {kept}", file=sys.stderr)
+        sys.exit(130)
+    print(f"stopped (SIGTERM): {kept}", file=sys.stderr)
+    sys.exit(128 + signal.SIGTERM)
 
 
 class RunInterrupted(Exception):

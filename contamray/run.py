@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contamray import logs, output_root
 from contamray.experiments import CONF_DIR, key_not_in_run, with_experiment
-from contamray.interrupts import take_sigterm
+from contamray.interrupts import STOPPED, exit_stopped, take_sigterm
 
 log = logging.getLogger("contamray")
 _RAY_INIT = threading.Lock()  # concurrent multirun jobs share one driver and one Ray connection
@@ -141,16 +141,10 @@ def main(cfg: DictConfig) -> None:
     except DeployError as err:  # a model that cannot be loaded or hosted; the cells finished are stored
         print(f"model error: {err}. The cells finished before are stored: {resume_hint(cfg)}", file=sys.stderr)
         sys.exit(4)
-    except KeyboardInterrupt:  # Ctrl-C: the stages stopped, what they finished is stored (the log says what)
-        print(f"interrupted: the cells finished and the batches answered so far are stored: {resume_hint(cfg)}",
-              file=sys.stderr)  # fmt: skip
-        sys.exit(130)
-    except SystemExit as stop:
-        if stop.code != signal.SIGTERM:  # not ray.init's SIGTERM handler (``ray job stop``, a scheduler, kill)
+    except STOPPED as stop:  # Ctrl-C, SIGTERM: the stages stopped, what they finished is stored (the log says what)
+        if isinstance(stop, SystemExit) and stop.code != signal.SIGTERM:  # not SIGTERM's handler (take_sigterm)
             raise
-        print(f"stopped (SIGTERM): the cells finished and the batches answered so far are stored: "
-              f"{resume_hint(cfg)}", file=sys.stderr)  # fmt: skip
-        sys.exit(128 + signal.SIGTERM)
+        exit_stopped(stop, f"the cells finished and the batches answered so far are stored: {resume_hint(cfg)}")
 
 
 def resume_hint(cfg: DictConfig) -> str:

@@ -17,8 +17,6 @@ already up (``RAY_ADDRESS``) this is the lighter fit.
 
 
 import logging
-import signal
-import sys
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -114,7 +112,6 @@ def _wait_or_stop(futures: list[Future], sweep_dir: str) -> None:
         interrupts.stop_all()
         log.warning("interrupted: stopping the sweep's %d job(s) where they are", sum(not f.done() for f in futures))
         wait(futures)  # each stops within seconds, keeping what it finished (its log says what)
-        signalled = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped (SIGTERM)"
-        print(f"{signalled}: each job's cells finished and batches answered so far are stored in its own directory "
-              f"under {sweep_dir}: the same command with hydra.sweep.dir={sweep_dir} reuses them", file=sys.stderr)
-        sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 128 + signal.SIGTERM)
+        interrupts.exit_stopped(stop, f"each job's cells finished and batches answered so far are stored in its own "
+                                      f"directory under {sweep_dir}: the same command with hydra.sweep.dir={sweep_dir} "
+                                      "reuses them")  # fmt: skip
