@@ -97,21 +97,22 @@ def main(argv: list[str]) -> int:
         print(f"contamray serve: {err}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as Ctrl-C does: Serve shut down, Ray too
-    try:
-        url = start(settings, app)
-    except NoProxyError as err:
-        print(f"contamray serve: {err}", file=sys.stderr)
-        return 2
-    print(f"contamray API at {url} (OpenAPI docs: {url}/docs); Ctrl-C stops it", flush=True)
-    try:
+    try:  # a stop at any point from here - Ray still starting, or the line below just printed - shuts down what is up
+        try:
+            url = start(settings, app)
+        except NoProxyError as err:
+            print(f"contamray serve: {err}", file=sys.stderr)
+            return 2
+        print(f"contamray API at {url} (OpenAPI docs: {url}/docs); Ctrl-C stops it", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         import ray
         from ray import serve
 
-        serve.shutdown()
-        ray.shutdown()
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
     return 0
 
 
