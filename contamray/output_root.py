@@ -84,6 +84,39 @@ def destination(root: str | None, output_dir: str | Path) -> str | None:
     return f"{str(root).rstrip('/')}/{relative.as_posix()}"
 
 
+MAX_EARLIER = 50  # the newest earlier run folders whose finished cells a run may reuse (``earlier_cells``)
+
+
+def earlier_cells(run_cfg: Any, output_dir: str | Path, remote: str | None) -> list[str]:
+    """The cells roots of this run name's earlier runs, newest first (at most ``MAX_EARLIER``): the other folders of
+    ``<root>/<run.name>/`` - runs' ``<time>/cells``, or a sweep job's ``<time>/<job>/cells`` - on the URI when the root
+    is one. A run copies their finished cells it lacks into its own (``ResultStore.adopt``: the same cell hash is the
+    same configuration, rows, corpus files and checkpoint files). None when ``run.reuse_earlier`` is false, when
+    ``run.cells_uri`` is set (the runs share one store already) or when the run's folder is not in that layout (an
+    explicit ``hydra.run.dir`` elsewhere: its own cells only)."""
+    import fsspec
+
+    if not run_cfg.get("reuse_earlier", True) or run_cfg.get("cells_uri"):
+        return []
+    name = str(run_cfg.get("name") or "")
+    root = run_cfg.get("output_root")
+    here = Path(output_dir).expanduser().resolve()
+    for default in ("outputs", "multirun"):
+        family = Path(local_root(root, default)).expanduser().resolve() / name
+        try:
+            depth = len(here.relative_to(family).parts)
+        except ValueError:
+            continue
+        if depth not in (1, 2):
+            continue
+        own = f"{remote}/cells" if remote else str(here / "cells")
+        fs, path = fsspec.core.url_to_fs(f"{str(root).rstrip('/')}/{name}" if remote else str(family))
+        found = sorted(fs.glob(f"{path.rstrip('/')}/{'/'.join(['*'] * depth)}/cells"), reverse=True)
+        roots = [fs.unstrip_protocol(p) if remote else p for p in found]
+        return [r for r in roots if r.rstrip("/") != own.rstrip("/")][:MAX_EARLIER]
+    return []
+
+
 def check_uris(run_cfg: Any) -> None:
     """Refuse, before any work, a ``run.output_root`` / ``cells_uri`` / ``artifacts_uri`` URI whose
     filesystem fsspec cannot load (an unknown scheme, or its package not installed): otherwise the first

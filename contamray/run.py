@@ -105,7 +105,8 @@ def run(cfg: DictConfig) -> Path:
                   f"on nodes {p.nodes}")
         return output_dir
     result = execute(
-        plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cells_uri, artifacts_uri=artifacts_uri
+        plan, output_dir, force=bool(cfg.run.get("force", False)), cells_uri=cells_uri, artifacts_uri=artifacts_uri,
+        earlier=output_root.earlier_cells(cfg.run, output_dir, remote),
     )
     report = write_report(output_dir, result.partitions, config_yaml, f"contamray run: {cfg.run.name}")
     report_cfg = cfg.get("report") or {}

@@ -302,6 +302,16 @@ def test_a_bare_ray_job_writes_outside_rays_working_dir_and_says_where(ray_head,
     partitions = pd.read_parquet(runs[0] / "partitions.parquet")
     assert set(partitions["method"]) == {"ngram13"} and (partitions["error"] == "").all()
 
+    # the same job again: a run of the same name (run.reuse_earlier) copies the first run's finished cells into its
+    # own folder and computes none of them
+    submit_bare(ray_head, tmp_path, mirror_dir)
+    first, second = _run_dirs(tmp_path / "home" / "contamray" / "outputs")
+    log = (second / "run.log").read_text()
+    assert f"reusing 2 cell(s) an earlier run of this name finished ({first};" in log, log[-3000:]
+    assert log.count("reusing finished cell") == 2
+    assert (second / "partitions.parquet").read_bytes() == (first / "partitions.parquet").read_bytes()
+    assert len(list((second / "cells").glob("*/verdict.json"))) == 2
+
     bucket = tmp_path / "bucket"  # an fsspec URI: cells stream there, the tables follow at the end
     log = submit_bare(ray_head, tmp_path, mirror_dir, f"run.output_root=file://{bucket}")
     runs = _run_dirs(bucket)

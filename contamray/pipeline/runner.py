@@ -23,8 +23,8 @@ import json
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,12 +81,14 @@ def execute(
     force: bool = False,
     cells_uri: str | None = None,
     artifacts_uri: str | None = None,
+    earlier: Sequence[str] = (),
 ) -> RunResult:
     """Run every cell of ``plan`` not already finished and merge the results into ``output_dir``.
 
-    Finished cells live under ``cells_uri`` (default ``output_dir/cells``; any fsspec URI); injected
-    checkpoints and a planted corpus are published under the artifacts root (``contamray.artifacts``:
-    ``artifacts_uri``, else ``<cells_uri>/artifacts`` for a URI) for workers on any node.
+    Finished cells live under ``cells_uri`` (default ``output_dir/cells``; any fsspec URI); a cell finished under
+    one of the ``earlier`` cells roots (earlier runs', newest first: ``output_root.earlier_cells``) is copied in and
+    reused. Injected checkpoints and a planted corpus are published under the artifacts root
+    (``contamray.artifacts``: ``artifacts_uri``, else ``<cells_uri>/artifacts`` for a URI) for workers on any node.
     """
     artifacts = artifacts_root(artifacts_uri, cells_uri)
     store = ResultStore(output_dir, cells_root=cells_uri)
@@ -101,6 +103,11 @@ def execute(
         for cell in plan.cells:
             store.discard(hashes[cell])
         answers.clear()
+    elif earlier:
+        adopted = store.adopt(list(hashes.values()), list(earlier))
+        for root, n in Counter(adopted.values()).items():
+            log.info("reusing %d cell(s) an earlier run of this name finished (%s; run.reuse_earlier=false computes "
+                     "them again here)", n, root.rstrip("/").removesuffix("/cells"))  # fmt: skip
     store.track(list(hashes.values()))
     todo = [c for c in plan.cells if not store.has(hashes[c])]
     reused = [c.key for c in plan.cells if c not in todo]

@@ -18,6 +18,7 @@ from contamray.methods.param_types import describe, fits
 SETTINGS: dict[str, tuple[Any, float | None, float | None]] = {
     "run.seed": (int, 0, None),  # every randomness of the run derives from it; numpy refuses a negative one
     "run.force": (bool, None, None),
+    "run.reuse_earlier": (bool, None, None),
     "run.dry_run": (bool, None, None),
     "run.name": (str, None, None),
     "data.strict": (bool, None, None),

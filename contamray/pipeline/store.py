@@ -208,6 +208,49 @@ class ResultStore:
         self._checksums[cell_hash] = actual
         return True
 
+    def adopt(self, cell_hashes: list[str], roots: list[str]) -> dict[str, str]:
+        """Copy into this store the cells of ``cell_hashes`` it has not finished that an earlier run finished under
+        one of ``roots`` (other runs' cells roots, newest first; ``output_root.earlier_cells``), each checked there as
+        ``has`` checks its own: examples matching their checksum, a verdict reduced from them. The files go in as
+        a cell's own do (examples, their checksum, then the verdict, each whole), so a copy cut short is a cell
+        computed again. Returns the adopted hashes, each with the root it came from."""
+        wanted = [h for h in dict.fromkeys(cell_hashes) if not self.has(h)]
+        adopted: dict[str, str] = {}
+        for root in roots:
+            if not wanted:
+                break
+            try:
+                earlier = ResultStore(root.rstrip("/").rsplit("/", 1)[0], cells_root=root)
+                listed = {str(p).rstrip("/").rsplit("/", 1)[-1]
+                          for p in earlier.cells_fs.ls(earlier._cells_path, detail=False)}  # fmt: skip
+            except OSError as err:  # an earlier run's folder removed meanwhile, or unreadable: look no further there
+                log.warning("earlier run's cells %s not read (%s); its cells are not reused", root, err)
+                continue
+            for cell_hash in [h for h in wanted if h in listed]:
+                try:
+                    found = earlier._finished_files(cell_hash)
+                except OSError as err:
+                    log.warning("cell %s of the run %s not read (%s); it is computed here", cell_hash, root, err)
+                    continue
+                for name, data in found.items():  # in order: the verdict last, the mark of a finished cell
+                    write_atomic(self.cells_fs, self._cell(cell_hash, name), data)
+                if found and self.has_examples(cell_hash) and self.has(cell_hash):
+                    adopted[cell_hash] = root
+            wanted = [h for h in wanted if h not in adopted]
+        return adopted
+
+    def _finished_files(self, cell_hash: str) -> dict[str, bytes]:
+        """A finished cell's files, in the order a cell's own are written (``adopt``); empty when it is not one."""
+        if not self.has(cell_hash):
+            return {}
+        found = {}
+        for name in (COVERAGE, EXAMPLES, EXAMPLES_SHA256, VERDICT):
+            path = self._cell(cell_hash, name)
+            if name != COVERAGE or self.cells_fs.exists(path):
+                with self.cells_fs.open(path, "rb") as fh:
+                    found[name] = fh.read()
+        return found
+
     def discard(self, cell_hash: str) -> None:
         folder = self._cell(cell_hash, "").rstrip("/")
         if self.cells_fs.exists(folder):
