@@ -300,6 +300,89 @@ def test_a_checkpoint_missing_a_layers_weights_is_refused_not_started_at_random(
         build_engine(EngineSpec(source=str(tmp_path), backend="hf", name="m"))
 
 
+# what vLLM 0.32's processes printed when a checkpoint without layer 29's norms was started (2026-12-03): the
+# worker's error on stdout, the engine core's wrapper on stderr, and this process only "see root cause above"
+VLLM_STDOUT = """\
+(Worker pid=22619) INFO 12-03 14:13:26 [default_loader.py:501] Loading weights took 1.48 seconds
+(Worker pid=22619) ERROR 12-03 14:13:26 [multiproc_executor.py:953] WorkerProc failed to start.
+(Worker pid=22619) ERROR 12-03 14:13:26 [multiproc_executor.py:953]     raise ValueError(
+(Worker pid=22619) ERROR 12-03 14:13:26 [multiproc_executor.py:953] ValueError: Following weights were not \
+initialized from checkpoint: {'model.layers.29.input_layernorm.weight'}
+(EngineCore pid=22594) ERROR 12-03 14:13:31 [core.py:1510] EngineCore failed to start.
+(EngineCore pid=22594) ERROR 12-03 14:13:31 [core.py:1510] Exception: WorkerProc initialization failed due to an \
+exception in a background process. See stack trace for root cause.
+"""
+VLLM_STDERR = """\
+Process EngineCore:
+Traceback (most recent call last):
+Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root \
+cause.
+"""
+
+
+def test_vllms_start_failure_names_its_engine_process_error_not_see_root_cause_above(tmp_path: Path):
+    """vLLM raises "Engine core initialization failed. See root cause above" in the process that starts it; the
+    cause is what its engine processes wrote to the outputs they share with it (a Serve replica's log files). Only
+    what was written since the start counts: an older error in the same file is not this start's."""
+    from contamray.engines.vllm_start import EngineStartError, explained_start
+
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    out.write_text("(Worker pid=1) ERROR 12-01 10:00:00 [x.py:1] KeyError: 'an older failure'\n")
+    err.write_text("")
+    marks = {str(out): out.stat().st_size, str(err): 0}
+    from contamray.engines import vllm_start
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vllm_start, "output_files", lambda: {1: str(out), 2: str(err)})
+        with pytest.raises(EngineStartError) as raised, explained_start("models.target"):
+            with out.open("a") as fh_out, err.open("a") as fh_err:
+                fh_out.write(VLLM_STDOUT)
+                fh_err.write(VLLM_STDERR)
+            raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+        message = str(raised.value)
+        assert message.startswith("models.target: vLLM's engine did not start: ValueError: Following weights were "
+                                  "not initialized from checkpoint: {'model.layers.29.input_layernorm.weight'}")
+        assert str(out) in message and "older failure" not in message
+        assert vllm_start.cause(marks) == message.split("did not start: ")[1].split(" (its engine")[0]
+        with pytest.raises(RuntimeError, match="^something else$"), explained_start("models.target"):
+            raise RuntimeError("something else")  # not vLLM's start failure: as it was
+
+
+@pytest.mark.slow
+def test_a_checkpoint_vllm_refuses_says_why_in_the_engines_error(tmp_path: Path):
+    """The same checkpoint as above (layer 29's weights missing) on the vllm backend, started as a Ray worker runs
+    (stdout and stderr to files): vLLM refuses it in its worker process; the error names the missing weights."""
+    from safetensors.torch import load_file, save_file
+
+    from contamray.engines import resolve_model_path
+
+    source = Path(resolve_model_path("smollm2-135m"))
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_bytes((source / name).read_bytes())
+    weights = load_file(source / "model.safetensors")
+    kept = {k: v for k, v in weights.items() if not k.startswith("model.layers.29.")}
+    save_file(kept, str(model / "model.safetensors"), metadata={"format": "pt"})
+    script = (
+        "from contamray.engines.vllm import VLLMEngine\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        f"        VLLMEngine({str(model)!r}, dtype='float32', max_model_len=256, kv_cache_gib=1,\n"
+        "                   where='models.broken')\n"
+        "    except Exception as err:\n"
+        "        open('raised.txt', 'w').write(f'{type(err).__name__}: {err}')\n"
+    )
+    (tmp_path / "start.py").write_text(script)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with (tmp_path / "out.log").open("w") as out, (tmp_path / "err.log").open("w") as err:
+        proc = subprocess.run([sys.executable, "start.py"], cwd=tmp_path, env=env, stdout=out, stderr=err, timeout=600)
+    raised = (tmp_path / "raised.txt").read_text() if (tmp_path / "raised.txt").exists() else ""
+    assert proc.returncode == 0 and raised, (tmp_path / "err.log").read_text()[-3000:]
+    assert raised.startswith("EngineStartError: models.broken: vLLM's engine did not start: ValueError: Following "
+                             "weights were not initialized from checkpoint: {'model.layers.29."), raised  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_model_that_cannot_be_loaded_stops_the_run_naming_it_and_the_other_models_cells_are_kept(
     tmp_path: Path, mirror_dir: Path

@@ -41,7 +41,8 @@ On a machine without CUDA (vLLM's CPU build) the KV cache size comes from ``VLLM
 (GiB); it is set to ``kv_cache_gib`` unless already set, since vLLM's own default takes a large share
 of RAM. ``vllm`` is imported only when this engine is built, so the package works without it.
 Creating ``vllm.LLM`` starts an engine-core process: a script doing it needs the
-``if __name__ == "__main__":`` guard.
+``if __name__ == "__main__":`` guard. When that process fails to start, the error raised here carries its own
+error line (``engines/vllm_start.py``), not vLLM's "see root cause above".
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from contamray.engines.base import (
     warn_truncated,
 )
 from contamray.engines.hf import DTYPES, _require_tokens, native_dtype
+from contamray.engines.vllm_start import explained_start
 from contamray.engines.wire import Sampling
 
 log = logging.getLogger(__name__)
@@ -167,14 +169,15 @@ class VLLMEngine:
             # a Serve replica owns its GPUs (num_gpus = tensor_parallel_size, checked by the plan): its shards
             # run as local processes, not as Ray actors asking the cluster for more GPUs
             args.setdefault("distributed_executor_backend", "mp")
-        if streaming:
-            self._loop = asyncio.new_event_loop()
-            threading.Thread(target=self._loop.run_forever, name=f"{self.name}-loop", daemon=True).start()
-            self.async_llm = self._wait(_start_async(vllm.AsyncEngineArgs(**args)))
-            model_config = self.async_llm.model_config
-        else:
-            self.llm = vllm.LLM(**args)
-            model_config = self.llm.llm_engine.model_config
+        with explained_start(where):  # the engine process's own error, not "see root cause above"
+            if streaming:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name=f"{self.name}-loop", daemon=True).start()
+                self.async_llm = self._wait(_start_async(vllm.AsyncEngineArgs(**args)))
+                model_config = self.async_llm.model_config
+            else:
+                self.llm = vllm.LLM(**args)
+                model_config = self.llm.llm_engine.model_config
         self.max_model_len = int(model_config.max_model_len)
         check_vocabulary(self.tokenizer, int(model_config.get_vocab_size()), where, explicit)
         self.max_context: int = self.max_model_len - 1
