@@ -59,6 +59,9 @@ class ActorPoolEngines:
             ActorPoolEngines.loads += len(self.live.actors)
         return self.live
 
+    def room_for(self, pools: list[Any]) -> bool:
+        return False  # one model's actors alive at a time: a stage asks its models one after the other
+
     def make_room(self, cpus: float) -> None:
         self.close()
 

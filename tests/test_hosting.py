@@ -2,7 +2,9 @@
 
 - A run of two target models sharing one judge and one reference model loads each of the four models
   exactly once: every Serve replica ever started is read back from Ray's state API (dead ones too).
-  The two targets, needed at once by their first stages, load side by side (their deployments overlap).
+  The two targets, needed at once by their first stages, load side by side (their deployments overlap), and each
+  target and the reference model its first stage asks answer side by side; on a cluster without room for both
+  they are asked one after the other, with the same scores.
 - A deployment kept up by a run (``serve.keep``) is reused by the next run of the same model spec
   (``serve.reuse``): no new replica.
 - A replica killed mid-run (by its actor id) is replaced by Serve, the batches it held are sent again,
@@ -16,6 +18,7 @@ import re
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -88,9 +91,46 @@ def test_two_targets_share_one_judge_and_one_reference_model_each_loaded_once(ro
     # the two targets' first stages need them at once, and the cluster has room: they load side by side
     windows = sorted(deploy_windows(caplog.records).values())
     assert any(b_start < a_up for (_, a_up), (b_start, _) in zip(windows, windows[1:], strict=False)), windows
+    # each target's first stage asks it and the reference model (the reference-model ratio): with room for both,
+    # they answer side by side, not one after the other
+    messages = [r.getMessage() for r in caplog.records]
+    for target in ("smollm2_135m_fp32", "smollm2_135m"):
+        side = f"model {target} stage 0: models {target}, reference_model answer side by side"
+        assert side in messages, [m for m in messages if "side by side" in m]
     partitions = pd.read_parquet(tmp_path / "zoo" / "partitions.parquet")
     assert set(partitions["model"]) == {"smollm2_135m_fp32", "smollm2_135m"}
     assert not running_apps()  # the run deleted what it deployed (serve.keep is false)
+
+
+def test_a_stage_whose_models_cannot_be_up_together_asks_them_one_after_the_other(
+    roomy_ray, tmp_path, mirror_dir, caplog
+):
+    """A target and its reference model of 4 CPUs each on 6: one at a time, the idle one deleted to make room for
+    the other (asked side by side, the second would wait for resources the first holds until the stage ends). The
+    scores equal those of the same models asked side by side (1 CPU each)."""
+    caplog.set_level(logging.INFO, logger="contamray")
+    common = (
+        "model=[smollm2_135m_fp32]", "benchmark=[synthetic_facts]", "run.limit=6", "corpus=none",
+        "method=[reference_ratio]", f"data.mirror_dir={mirror_dir}",
+    )  # fmt: skip
+    outs = {}
+    for cpus in (4, 1):
+        caplog.clear()
+        cpu_keys = (f"models.smollm2_135m_fp32.num_cpus={cpus}", f"reference_model={{{FP32},num_cpus:{cpus}}}")
+        cfg = composed(*common, *cpu_keys)
+        cfg.run.output_dir = outs[cpus] = str(tmp_path / f"cpus{cpus}")
+        run(cfg)
+        messages = [r.getMessage() for r in caplog.records]
+        side_by_side = [m for m in messages if "answer side by side" in m]
+        if cpus == 4:
+            assert not side_by_side, side_by_side
+            assert any("deleting its idle deployment" in m for m in messages), messages
+        else:
+            assert side_by_side, messages
+    tight, roomy = (_scores(Path(outs[c])) for c in (4, 1))
+    pd.testing.assert_frame_equal(tight[0], roomy[0])
+    pd.testing.assert_frame_equal(tight[1], roomy[1])
+    assert not running_apps()
 
 
 def _scores(out) -> tuple[pd.DataFrame, pd.DataFrame]:

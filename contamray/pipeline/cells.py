@@ -17,6 +17,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,18 +86,43 @@ def run_stages(
                 pool = target if target is not None and pool.name == model else pool
                 pools[pool.name] = pool
                 by_pool[pool.name].append((key, req))
-        for pool_name, items in by_pool.items():
-            log.info("%s %s stage %d: %d requests on model %s", label, model, stage, len(items), pool_name)
-            started = time.perf_counter()
-            where = f"{label} {model} stage {stage} on {pool_name}"
-            answered = engines.get(pools[pool_name]).answer(items, label=where)
+        for answered, seconds in _ask_pools(engines, pools, by_pool, f"{label} {model} stage {stage}"):
             if costs is not None:
-                costs.add_pass(answered, done.request_records, time.perf_counter() - started)
+                costs.add_pass(answered, done.request_records, seconds)
             for key, out, _ in answered:
                 done.outputs[key][out.key] = out
         active = still_active
         stage += 1
     return done
+
+
+def _ask_pools(
+    engines: EnginePools, pools: dict[str, ModelPlan], by_pool: dict[str, list[tuple[str, Request]]], where: str
+) -> list[tuple[list[tuple[str, Output, int]], float]]:
+    """One stage's requests on each model it asks (answers and seconds per model, in ``by_pool``'s order).
+
+    The models of a stage (a target and its reference model, two targets' shared judge ...) answer at once when
+    the cluster has room for all of them (``EnginePools.room_for``: those not up fit its free resources), each
+    on its own replicas: the stage takes its slowest model's time, and a model not up yet loads while the others
+    answer. Otherwise one after the other, as a cluster that hosts one model at a time needs (a model waiting
+    for resources a busy one holds would wait for the whole stage). Every model's part ends before an error of
+    one is raised (the answers of the others are kept, ``EnginePool.answer``)."""
+
+    def ask(name: str) -> tuple[list[tuple[str, Output, int]], float]:
+        items = by_pool[name]
+        log.info("%s: %d requests on model %s", where, len(items), name)
+        started = time.perf_counter()
+        answered = engines.get(pools[name]).answer(items, label=f"{where} on {name}")
+        return answered, time.perf_counter() - started
+
+    names = list(by_pool)
+    if len(names) < 2 or not engines.room_for([pools[n] for n in names]):
+        return [ask(n) for n in names]
+    log.info("%s: models %s answer side by side", where, ", ".join(names))
+    with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="stage") as pool:
+        futures = [pool.submit(ask, n) for n in names]
+        wait(futures)
+    return [f.result() for f in futures]  # the first error, once every model's part has ended
 
 
 def chunk_payloads(work: Work, stages: Stages) -> list[tuple[str, dict[str, Any]]]:

@@ -238,6 +238,11 @@ class EnginePools:
         """A context in which ``pool``'s deployment is up and safe from eviction (``Hosts.use``)."""
         return self.hosts.use(self.run, pool, self.serve_cfg, self.ray_cfg, self.stopping)
 
+    def room_for(self, pools: list[ModelPlan]) -> bool:
+        """Whether ``pools``' models can all be up at once now: those not up fit the cluster's free resources
+        (``Hosts.room_for``)."""
+        return self.hosts.room_for(pools)
+
     def make_room(self, cpus: float, gpus: float = 0.0) -> None:
         """Free ``cpus`` / ``gpus`` for other work (the scoring actors, a fine-tune) from idle models when the
         cluster is short."""

@@ -328,6 +328,20 @@ class Hosts:
         hosted.placed = _wait_for(lambda: _dropped(before, _available(), cpus, gpus), PLACE_WAIT_S)
         return hosted, True
 
+    def room_for(self, pools: list[ModelPlan]) -> bool:
+        """Whether every model of ``pools`` can be up at once without deleting a deployment: the replicas of those
+        not up (nor starting) fit the cluster's free resources (``_unclaimed``). Idle deployments are not counted
+        as free: a stage that would delete them to fit asks its models one after the other."""
+        with self.deploy_lock:
+            self._follow_session()
+            with self.count_lock:
+                starting = {app for app, hosted in self.apps.items() if not hosted.ready.is_set()}
+            up = starting | running_apps()
+            missing = {app_name(p): p for p in pools if app_name(p) not in up}
+            cpus = sum(p.num_cpus * max(1, p.concurrency) for p in missing.values())
+            gpus = sum(p.num_gpus * max(1, p.concurrency) for p in missing.values())
+            return _fits(self._unclaimed(), cpus, gpus)
+
     def make_room(self, cpus: float = 0.0, gpus: float = 0.0, keep: str = "") -> None:
         """Free ``cpus`` / ``gpus`` by deleting idle deployments this process made (least recently used
         first); a later stage that needs one deploys it again. Resources a deployment just started will take
