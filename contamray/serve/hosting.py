@@ -294,8 +294,8 @@ class Hosts:
             hosted.ready.set()
             self.apps[app] = hosted
             return hosted, False
-        replicas = max(1, pool.concurrency)  # idle models make way (Serve would wait for their resources)
-        cpus, gpus = pool.num_cpus * replicas, pool.num_gpus * replicas
+        replicas = max(1, pool.concurrency)
+        cpus, gpus = _held(pool)  # idle models make way (Serve would wait for their resources)
         self.make_room(cpus=cpus, gpus=gpus, keep=app)
         in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2)))
         deployment = serve.deployment(
@@ -337,10 +337,8 @@ class Hosts:
             with self.count_lock:
                 starting = {app for app, hosted in self.apps.items() if not hosted.ready.is_set()}
             up = starting | running_apps()
-            missing = {app_name(p): p for p in pools if app_name(p) not in up}
-            cpus = sum(p.num_cpus * max(1, p.concurrency) for p in missing.values())
-            gpus = sum(p.num_gpus * max(1, p.concurrency) for p in missing.values())
-            return _fits(self._unclaimed(), cpus, gpus)
+            missing = [_held(p) for app, p in {app_name(p): p for p in pools}.items() if app not in up]
+            return _fits(self._unclaimed(), sum(c for c, _ in missing), sum(g for _, g in missing))
 
     def make_room(self, cpus: float = 0.0, gpus: float = 0.0, keep: str = "") -> None:
         """Free ``cpus`` / ``gpus`` by deleting idle deployments this process made (least recently used
@@ -374,9 +372,9 @@ class Hosts:
         with self.count_lock:
             unplaced = [h for h in self.apps.values() if not h.placed]
         for hosted in unplaced:
-            replicas = max(1, hosted.pool.concurrency)
-            free["CPU"] -= hosted.pool.num_cpus * replicas
-            free["GPU"] -= hosted.pool.num_gpus * replicas
+            cpus, gpus = _held(hosted.pool)
+            free["CPU"] -= cpus
+            free["GPU"] -= gpus
         return free
 
     def _delete(self, hosted: Hosted) -> None:
@@ -538,6 +536,12 @@ def _available() -> dict[str, float]:
 def _dropped(before: dict[str, float], now: dict[str, float], cpus: float, gpus: float) -> bool:
     """Whether ``cpus`` / ``gpus`` more are taken ``now`` than ``before``: a new deployment's replicas hold them."""
     return now["CPU"] <= before["CPU"] - cpus + 1e-9 and now["GPU"] <= before["GPU"] - gpus + 1e-9
+
+
+def _held(pool: ModelPlan) -> tuple[float, float]:
+    """The CPUs and GPUs ``pool``'s deployment holds: its replicas' together."""
+    replicas = max(1, pool.concurrency)
+    return pool.num_cpus * replicas, pool.num_gpus * replicas
 
 
 def _fits(available: dict[str, float], cpus: float, gpus: float) -> bool:
