@@ -101,6 +101,7 @@ def test_subset_accuracies_and_fisher_test():
     assert v.p_value == pytest.approx(_fisher_greater(16, 20, 40, 80))
     assert d["p_input_and_label_vs_clean"] == pytest.approx(_fisher_greater(13, 15, 40, 80))
     assert v.p_value < 0.05 and v.contaminated and (v.n_examples, v.n_failed) == (101, 1)
+    assert v.min_p == pytest.approx(math.comb(56, 20) / math.comb(100, 20))  # 56 right of 100: all 20 dirty right
     same = method.reduce(_table({"clean": (40, 80), "input_and_label": (10, 20)}), cfg)
     assert same.statistic == 0.0 and same.p_value > 0.5 and not same.contaminated
 
@@ -178,6 +179,7 @@ def test_no_dirty_subset_or_too_few_rows_is_inconclusive_not_clean():
     assert tiny.p_value == pytest.approx(1 / 15)
     enough = method.reduce(_table({"clean": (0, 6), "input_and_label": (4, 4)}), cfg)  # p = 1 / C(10, 4)
     assert enough.decision == "contaminated" and enough.p_value == pytest.approx(1 / 210)
+    assert enough.min_p == pytest.approx(1 / 210) and tiny.min_p == pytest.approx(1 / 15)  # the extreme tables'
 
 
 def _topic_rows(rng, effect: float = 0.0, topics: int = 10, per_topic: int = 10) -> list[dict]:

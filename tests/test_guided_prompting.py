@@ -340,6 +340,7 @@ def test_contaminated_model_is_detected(mirror_dir: Path) -> None:
         verdict = method.reduce(rows, cfg)
         # all 10 differences positive: only the observed signs reach the observed sum, p = 2^-10 exactly
         assert verdict.decision == "contaminated" and verdict.p_value == 1 / 1024
+        assert verdict.min_p == 1 / 1024  # the smallest p 10 non-zero differences allow: this outcome's
         assert verdict.details["decided_by"] == "algorithm_1" and verdict.details["alg1"]["exact"]
         assert verdict.details["summary"].startswith("decided by Algorithm 1 (sign-flip permutation test, exact")
         assert verdict.statistic > 0.5

@@ -237,6 +237,7 @@ def test_reduce_heldout_mann_whitney():
     low = [-3.0 - 0.01 * i for i in range(12)]
     v = method.reduce(table(high, low), config)
     assert v.decision == "contaminated" and v.p_value < 1e-3
+    assert v.min_p == pytest.approx(1 / math.comb(22, 10))  # distinct scores: every ranking of 10 v 12 rows
     assert v.statistic == 1.0 and v.partition == OWN and v.n_examples == 10
     assert v.details["mode"] == "heldout" and "exchangeable" in v.details["null"]
     assert "12 held-out rows of the same benchmark" in v.details["summary"]
@@ -663,6 +664,7 @@ def test_both_forms_decide_by_one_joint_test_over_their_units():
     apart = method.settle(method.reduce(pd.DataFrame(broken + reference), cfg), cfg)
     apart_chat = apart.details["by_column"]["score_chat"]["p_value"]
     assert apart.decision == "contaminated" and apart.p_value == pytest.approx(min(1.0, 2 * apart_chat))
+    assert apart.min_p == pytest.approx(2 / math.comb(24, 12))  # Bonferroni: twice the smaller floor (raw: 12 v 12)
     assert "Bonferroni over the 2 prompt forms" in apart.details["summary"]
     # 3 units against 4 (twin pairs, topical runs) on which the two forms agree: one test reaches 1 / C(7, 3) =
     # 0.029, which Bonferroni's alpha / 2 = 0.025 per form cannot - inconclusive there, decided by the joint test
@@ -674,6 +676,7 @@ def test_both_forms_decide_by_one_joint_test_over_their_units():
     decided = method.settle(method.reduce(pd.DataFrame(few), grouped), grouped)
     summary = decided.details["summary"]
     assert decided.decision == "contaminated" and decided.p_value == pytest.approx(1 / 35), summary
+    assert decided.min_p == pytest.approx(1 / 35)  # the joint test's floor: one arrangement of 35 reaches it
     assert "over the same 3 + 4 units" in summary and "every one of 35 arrangements" in summary
     # the forms ranking the units in reverse of each other: two arrangements reach the largest statistic, and every
     # arrangement has the same sum of the two, so no outcome could go below 2 / 35 = 0.057 - inconclusive, saying why

@@ -27,7 +27,7 @@ from contamray.methods.closed.guided_prompting import GuidedPrompting
 from contamray.methods.open.ngram_overlap import NGramOverlap
 from contamray.pipeline.plan import Cell
 from contamray.pipeline.store import ResultStore
-from contamray.report.correction import adjust, benjamini_hochberg, check_correction, holm
+from contamray.report.correction import adjust, benjamini_hochberg, check_correction, holm, reachable
 from contamray.report.html import build_report, write_html_report
 from contamray.report.runs import expand_run_dirs, load_runs
 from contamray.report.scores import example_scores, filled_columns, score_spec
@@ -290,6 +290,71 @@ def test_correction_choice_changes_the_marks(tmp_path) -> None:
     assert [holm_t.cells[(f"model_{i}", ARC)].text for i in range(4)] == ["0.04", "0.06†", "0.06†", "0.06†"]
     assert [bh_t.cells[(f"model_{i}", ARC)].text for i in range(4)] == ["0.04", "0.04", "0.04", "0.04"]
     assert [none_t.cells[(f"model_{i}", ARC)].text for i in range(4)] == ["0.01", "0.02", "0.03", "0.04"]
+
+
+def test_the_best_adjusted_p_a_cell_could_get_by_hand() -> None:
+    """Its p at its floor, the others as observed. Holm, p = .001 .3 .5: cell 2 at 1/70 -> sorted .001 .0143 .5 ->
+    3 x .001 = .003, 2 x .0143 = .0286; cell 3 at 1/924 -> 3 x .001 = .003, 2 x .00108 = .00216 -> running max .003.
+    BH, cell 2 at 1/70: 3 x .001 = .003, 3/2 x .0143 = .0214, .5 -> running min from the top .0214."""
+    p, floors = [0.001, 0.3, 0.5], [None, 1 / 70, 1 / 924]
+    assert reachable(p, floors, "holm") == pytest.approx([None, 2 / 70, 0.003])
+    assert reachable(p, floors, "bh")[1] == pytest.approx(1.5 / 70)
+    assert reachable(p, floors, "none") == pytest.approx([None, 1 / 70, 1 / 924])
+    assert reachable([None, 0.2], [0.01, 0.5], "holm") == [None, 0.2]  # not a test; a floor above p: p is reachable
+
+
+# five tested cells: (model, raw p, the smallest p its data allow)
+REACH = [("m0", 0.001, 1e-6), ("m1", 0.3, 1 / 924), ("m2", 0.4, 1 / 70), ("m3", 0.6, 0.019), ("m4", 0.03, 0.03)]
+
+
+@pytest.mark.parametrize(
+    ("correction", "unreachable", "flagged"),
+    [
+        # Holm: sorted .001 .03 .3 .4 .6 -> adjusted .005 .12 .9 .9 .9. Each at its floor, the others kept:
+        # m1 5 x .001 = .005 first, 4 x .00108 -> .005; m2 4 x .0143 = .057; m3 4 x .019 = .076; m4 4 x .03 = .12
+        ("holm", {"m2", "m3", "m4"}, {"m0"}),
+        # BH: adjusted .005 .075 .5 .5 .6 (m4 .075). At their floors: m2 5/2 x .0143 = .036, m3 5/2 x .019 = .0475,
+        # m4 stays .075: only m4 - whose own test said contaminated - is out of reach
+        ("bh", {"m4"}, {"m0"}),
+        ("none", set(), {"m0", "m4"}),  # every floor <= alpha: the raw test could flag each
+    ],
+)
+def test_a_cell_no_outcome_could_flag_after_the_correction_is_inconclusive(
+    tmp_path, correction: str, unreachable: set, flagged: set
+) -> None:
+    cells = []
+    for i, (model, p, floor) in enumerate(REACH):
+        table = guided_rows(ARC, 10, 0.0, 20 + i)
+        v = verdict("guided_prompting", "guided_prompting", table)
+        v.update(p_value=p, min_p=floor, decision="contaminated" if p <= ALPHA else "clean")  # numbers by hand
+        cells.append((Cell(model, "arc_challenge", "guided_prompting", "closed"), table, v))
+    run = write_run(tmp_path / "run", cells)
+    annotated = annotate(load_runs([run]).partitions, correction, ALPHA)
+    assert annotated.attrs["n_tests"] == 5  # out of reach or not, every decided test stays in the family
+    table = method_tables(annotated)[0]
+    by_model = {m: table.cells[(m, ARC)] for m, _, _ in REACH}
+    assert {m for m, c in by_model.items() if c.text == "inconclusive"} == unreachable
+    assert {m for m, c in by_model.items() if c.flagged} == flagged
+    for model in unreachable:
+        cell = by_model[model]
+        assert cell.status == "inconclusive" and cell.value is None and cell.flagged is None
+        assert "out of reach" in cell.tooltip and "no outcome of this cell could have been flagged" in cell.tooltip
+    assert by_model["m1"].text.endswith("†")  # not flagged, but 1/924 could have been: a decision, clean
+    if "m4" in unreachable:  # its own test flagged it at alpha: said, not hidden
+        assert "before the correction: contaminated" in by_model["m4"].tooltip
+    out = tmp_path / "report"
+    files = build_report([run], out, correction, ALPHA)
+    markdown = files.markdown.read_text()
+    assert ("## Out of reach after the correction" in markdown) == bool(unreachable)
+    for model in unreachable:
+        assert f"- {model} / {ARC} / guided_prompting: out of reach" in markdown
+    long = pd.read_csv(files.cells_csv).set_index("model")
+    assert set(long.index[long["out_of_reach"]]) == unreachable
+    assert long.loc["m2", "min_p"] == pytest.approx(1 / 70)
+    if correction == "holm":
+        assert long.loc["m2", "p_reachable"] == pytest.approx(4 / 70)
+        assert long.loc["m0", "p_reachable"] != long.loc["m0", "p_reachable"]  # flagged: not asked (NaN)
+    assert ('id="out-of-reach"' in files.html.read_text()) == bool(unreachable)
 
 
 def test_score_distributions_use_each_methods_score(grid) -> None:

@@ -351,7 +351,7 @@ def test_two_unit_shards_reach_alpha_in_every_layout_and_an_unreachable_one_is_i
                                 config)  # fmt: skip
         assert [s["n_permutations"] for s in verdict.details["shards"]] == [1] * 5
         assert verdict.details["permutation_null"]["canonical_repeats"] == 0
-        assert verdict.details["permutation_null"]["min_p"] == pytest.approx(1 / 32)
+        assert verdict.details["permutation_null"]["min_p"] == pytest.approx(1 / 32) == verdict.min_p
         assert verdict.p_value == pytest.approx(1 / 32) and verdict.decision == "contaminated", (seed, verdict.reason)
     four = cfg(num_shards=4, permutations_per_shard=5, min_shards=4)
     rows8 = [rec(i) for i in range(8)]

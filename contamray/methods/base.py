@@ -88,7 +88,11 @@ class Verdict:
     the boolean ``decision == "contaminated"`` (an inconclusive verdict is not a "clean" one).
     Give either: a verdict built with only ``contaminated`` decides ``clean`` when it is False.
     ``rate`` is always a fraction in [0, 1] (share of examples found contaminated); ``p_value`` is
-    None for methods that measure rather than test.
+    None for methods that measure rather than test. ``min_p``: the smallest p-value the test could have
+    given on these data, whatever the outcome (an exact permutation null has finitely many arrangements,
+    ties remove some, a Monte Carlo null of B draws stops at 1 / (B + 1)); None where the method does not
+    say (a continuous test's p can reach 0). The report reads it to say which cells no outcome could have
+    flagged once the grid's multiple-testing correction is applied.
     """
 
     method: str
@@ -102,6 +106,7 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
     decision: str = ""
     reason: str = ""
+    min_p: float | None = None
 
     def __post_init__(self) -> None:
         if not self.decision:

@@ -17,6 +17,17 @@ left out of the family):
 Both are the step-wise adjusted p-values (what ``statsmodels.stats.multitest.multipletests`` returns
 for ``holm`` and ``fdr_bh``): a cell is significant when ``p_adj <= alpha``, which is the same decision
 as running the procedure at level ``alpha``.
+
+Out of reach: an exact test cannot give every p-value - 20 rows against 20 compared as 6 blocks against 6
+cannot go below 1 / C(12, 6) = 1/924 (``Verdict.min_p``, the smallest p the cell's data allow). A grid large
+enough makes such a cell unflaggable whatever its outcome: under Holm over 144 tests the smallest adjusted p
+it could get is about 144 / 924 = 0.16. ``reachable`` gives, for each cell, the adjusted p it would get with
+its p at that floor and every other cell's as observed (adjusted p-values are non-decreasing in a cell's own
+p, so no outcome of that cell could do better); the report shows a not-flagged cell whose best is above
+alpha as inconclusive, not as clean. Which cells those are depends on the grid and the data's floors, never
+on the cells' outcomes, and the family is left as it is (every decided test stays in it), so the
+correction's error guarantee is unchanged. (Tarone (1990), "A modified Bonferroni method for discrete
+data", drops such tests from the family to gain power for the others; not done here.)
 """
 
 from __future__ import annotations
@@ -75,6 +86,27 @@ def adjust(p_values: Sequence[float | None], correction: str) -> list[float | No
         adjusted = p
     for k, i in enumerate(valid):
         out[i] = float(adjusted[k])
+    return out
+
+
+def reachable(
+    p_values: Sequence[float | None], floors: Sequence[float | None], correction: str
+) -> list[float | None]:
+    """Per cell, the smallest adjusted p it could get: its p replaced by its ``floors`` entry (the smallest p its
+    data allow), every other cell's kept (same order as ``p_values``; None where the cell is not a test or has
+    no floor). A floor above the cell's own p (it should not be) is ignored: the observed p is reachable."""
+    key, _ = check_correction(correction, 0.05)
+    out: list[float | None] = [None] * len(p_values)
+    valid = [i for i, p in enumerate(p_values) if _is_p(p)]
+    if not valid:
+        return out
+    base = np.array([float(p_values[i]) for i in valid], dtype=float)  # type: ignore[arg-type]
+    for k, i in enumerate(valid):
+        if not _is_p(floors[i]):
+            continue
+        p = base.copy()
+        p[k] = min(p[k], max(0.0, float(floors[i])))  # type: ignore[arg-type]
+        out[i] = adjust(list(p), key)[k]
     return out
 
 

@@ -31,7 +31,15 @@ from contamray.report import plots
 from contamray.report.correction import TITLES, check_correction
 from contamray.report.runs import RunSet, load_runs
 from contamray.report.scores import declared_score, example_scores, filled_columns, score_spec
-from contamray.report.tables import NOT_FLAGGED, MethodTable, annotate, describe, method_tables, render_markdown
+from contamray.report.tables import (
+    NOT_FLAGGED,
+    MethodTable,
+    annotate,
+    describe,
+    method_tables,
+    out_of_reach,
+    render_markdown,
+)
 
 log = logging.getLogger("contamray")
 
@@ -205,6 +213,11 @@ def _page(
         f'<p class="meta">Methods: {nav}</p>' if nav else "<p>No cells in these runs.</p>",
         *sections,
     ]
+    unreachable = out_of_reach(annotated)
+    if unreachable:
+        items = "".join(f"<li>{e(m)} / {e(p)} / {e(meth)}: {e(why)}</li>" for m, p, meth, why in unreachable)
+        title = "Out of reach after the correction (shown as inconclusive)"
+        body.append(f'<h2 id="out-of-reach">{title}</h2><ul>{items}</ul>')
     if len(annotated):
         body.append('<h2 id="cells">All cells</h2>' + _long_table(annotated).pipe(_html_long_table))
     errors = annotated[annotated["error"] != ""] if len(annotated) else annotated
@@ -224,7 +237,7 @@ def _page(
 
 LONG_COLUMNS = [
     "model", "partition", "method", "method_name", "decision", "reason", "p_value", "p_adjusted", "flagged", "rate",
-    "statistic", "n_examples", "n_failed", "error", "run",
+    "statistic", "n_examples", "n_failed", "error", "min_p", "p_reachable", "out_of_reach", "reach_reason", "run",
 ]
 
 

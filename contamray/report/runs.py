@@ -36,6 +36,7 @@ OPTIONAL = {
     "method_name": "",
     "decision": "",
     "reason": "",
+    "min_p": float("nan"),
 }
 KEY = ["model", "partition", "method"]
 
@@ -181,7 +182,7 @@ def _read_partitions(run_dir: Path) -> pd.DataFrame:
         decision_of(d, c, e) for d, c, e in zip(table["decision"], table["contaminated"], table["error"])
     ]
     table["details"] = table["details"].map(_details_text)
-    for column in ("p_value", "rate", "statistic"):
+    for column in ("p_value", "rate", "statistic", "min_p"):
         table[column] = pd.to_numeric(table[column], errors="coerce")
     for column in ("model", "partition", "method"):
         blank = table[column].isna() | (table[column].astype(str) == "")

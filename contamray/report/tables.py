@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from contamray.report.correction import TITLES, adjust, check_correction
+from contamray.report.correction import TITLES, adjust, check_correction, reachable
 from contamray.report.runs import details_summary
 
 NOT_FLAGGED = "†"
@@ -69,7 +69,10 @@ def annotate(partitions: pd.DataFrame, correction: str, alpha: float) -> pd.Data
     ``p_value`` where the method decided by a test, ``rate`` where it measured (guided prompting decides
     by Algorithm 2's judged share in some cells, by Algorithm 1's p in others). ``flagged`` is
     ``p_adjusted <= alpha`` for tested cells and the method's own decision for rate cells (None where
-    the cell has no value, is undecided or was skipped).
+    the cell has no value, is undecided or was skipped). ``p_reachable``: the smallest adjusted p a tested
+    cell could have got, its p at its ``min_p`` (``correction.reachable``); ``out_of_reach``: not flagged
+    and that smallest above alpha - no outcome of the cell could have been flagged in this grid, so it is
+    shown as inconclusive (``reach_reason`` says why), not as clean.
     """
     from contamray.report.runs import decision_of
 
@@ -86,18 +89,52 @@ def annotate(partitions: pd.DataFrame, correction: str, alpha: float) -> pd.Data
         _number(p) if good and kind == "p_value" else None for p, good, kind in zip(table["p_value"], ok, table["kind"])
     ]
     table["p_adjusted"] = adjust(family, correction)
+    if "min_p" not in table.columns:
+        table["min_p"] = math.nan
+    n_tests = sum(p is not None for p in family)
+    # a cell's best is only asked for where it matters: a test its correction did not flag
+    floors = [
+        _number(f) if p is not None and (_number(a) or 0.0) > alpha else None
+        for f, p, a in zip(table["min_p"], family, table["p_adjusted"])
+    ]
+    best = reachable(family, floors, correction)
     flagged: list[bool | None] = []
-    for _, row in table.iterrows():
+    reach: list[str] = []
+    for (_, row), top in zip(table.iterrows(), best):
+        why = ""
         if row["error"] or row["decision"] in UNDECIDED:
             flagged.append(None)
         elif row["kind"] == "p_value":
             p = _number(row["p_adjusted"])
             flagged.append(None if p is None else bool(p <= alpha))
+            if p is not None and p > alpha and top is not None and top > alpha:
+                why = _out_of_reach(row, top, correction, alpha, n_tests)
+                flagged[-1] = None
         else:
             flagged.append(None if _number(row["rate"]) is None else bool(row["contaminated"]))
+        reach.append(why)
     table["flagged"] = pd.Series(flagged, index=table.index, dtype=object)
-    table.attrs.update(correction=correction, alpha=alpha, n_tests=sum(p is not None for p in family))
+    table["p_reachable"] = [math.nan if b is None else b for b in best]
+    table["out_of_reach"] = [bool(w) for w in reach]
+    table["reach_reason"] = reach
+    table.attrs.update(correction=correction, alpha=alpha, n_tests=n_tests)
     return table
+
+
+def _out_of_reach(row: Any, best: float, correction: str, alpha: float, n_tests: int) -> str:
+    """Why a tested cell no outcome could have flagged after the correction is inconclusive, and what to change."""
+    floor = format_number(_number(row.get("min_p")), "p_value")
+    raw = format_number(_number(row.get("p_value")), "p_value")
+    if correction == "none":
+        why = f"the smallest p its data allow is {floor} > alpha {alpha:g}"
+    else:
+        why = (f"the smallest p its data allow is {floor}, which {TITLES[correction]} over the grid's {n_tests} tests "
+               f"adjusts to at best {format_number(best, 'p_value')} > alpha {alpha:g}")  # fmt: skip
+    return (
+        f"out of reach: {why}, so no outcome of this cell could have been flagged (raw p = {raw}; the method's own "
+        f"decision at alpha, before the correction: {row['decision']}). To decide it: report it in a smaller grid "
+        "(contamray report on fewer runs), or give it more rows, or random draws (independent rows, each a unit)"
+    )
 
 
 def method_tables(annotated: pd.DataFrame) -> list[MethodTable]:
@@ -127,7 +164,8 @@ def describe(table: MethodTable, correction: str, alpha: float, n_tests: int) ->
         return (
             f"Cells: {how}; where the method decided by a rate instead, the rate. {NOT_FLAGGED} = not significant "
             f"at α = {alpha:g} (for a rate: the method's own decision was 'clean'). inconclusive = the data could "
-            "not tell (reasons in report.md); n/a = the method does not apply."
+            "not tell (reasons in report.md), or no outcome of the cell could have been flagged after the correction "
+            "(out of reach: listed below); n/a = the method does not apply."
         )
     return (
         "Cells: contamination rate (share of the partition's examples found contaminated; this method "
@@ -160,6 +198,11 @@ def render_markdown(tables: list[MethodTable], annotated: pd.DataFrame, notes: l
         lines += ["## How each p-value was obtained", ""]
         lines += [f"- {m} / {p} / {meth}: {how}" for m, p, meth, how in hows]
         lines.append("")
+    unreachable = out_of_reach(annotated)
+    if unreachable:
+        lines += ["## Out of reach after the correction (shown as inconclusive)", ""]
+        lines += [f"- {m} / {p} / {meth}: {why}" for m, p, meth, why in unreachable]
+        lines.append("")
     errors = annotated[annotated["error"] != ""]
     if len(errors):
         lines += ["## Failed cells", ""]
@@ -168,6 +211,14 @@ def render_markdown(tables: list[MethodTable], annotated: pd.DataFrame, notes: l
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
+
+
+def out_of_reach(annotated: pd.DataFrame) -> list[tuple[str, str, str, str]]:
+    """(model, partition, method, why) of each tested cell no outcome could have flagged after the correction."""
+    if "out_of_reach" not in annotated.columns:
+        return []
+    rows = annotated[annotated["out_of_reach"].astype(bool)].sort_values(["method", "model", "partition"])
+    return [(r.model, r.partition, r.method, r.reach_reason) for r in rows.itertuples()]
 
 
 def format_number(value: float | None, kind: str) -> str:
@@ -193,6 +244,11 @@ def _cell(row: Any) -> Cell:
             parts.append(f"p = {format_number(raw, 'p_value')} (raw; not a decision)")
         return Cell(UNDECIDED[row["decision"]], None, None, row["decision"], "\n".join(parts))
     raw = _number(row["p_value"])
+    if row.get("out_of_reach"):
+        parts.append(f"inconclusive: {row['reach_reason']}")
+        adjusted = format_number(_number(row["p_adjusted"]), "p_value")
+        parts.append(f"p = {format_number(raw, 'p_value')} (raw), {adjusted} (adjusted; not a decision)")
+        return Cell("inconclusive", None, None, "inconclusive", "\n".join(parts))
     value = _number(row["p_adjusted"]) if kind == "p_value" else _number(row["rate"])
     if kind == "p_value":
         parts.append(f"p = {format_number(raw, 'p_value')} (raw), {format_number(value, 'p_value')} (adjusted)")

@@ -360,6 +360,7 @@ class CleanDirtyEval(Method):
             statistic=statistic,
             contaminated=p_value is not None and p_value <= cfg.alpha,  # as every test's decision (decision_at)
             p_value=p_value,
+            min_p=floor if p_value is not None else None,
             rate=n_dirty / len(ok) if ok else None,
             n_examples=len(own),
             n_failed=sum(row_failed(r) for r in own) + len(unscanned),

@@ -794,6 +794,7 @@ class GuidedPrompting(Method):
             partition=partitions[0] if partitions else "",
             statistic=alg1["mean_difference"],
             p_value=alg1["p_value"] if by_alg1 else None,
+            min_p=alg1.get("min_p") if by_alg1 else None,  # the bootstrap variant's p has no such floor
             rate=alg2["rate"] if alg2 is not None and "algorithm_2" in decided_by else None,
             n_examples=len(rows),
             n_failed=len(failed),

@@ -291,10 +291,11 @@ class HeldoutTest(Method):
         combined = self.combine(cfg, own + ref, results, reason_of, unit_scores)
         if combined is None:  # the declared score column decides
             reason, p_value, statistic = reason_of(score, cfg), main.get("p_value"), main.get("auc_vs_reference")
+            floor = main.get("min_p_value") if p_value is not None else None
             decision = decision_at(p_value, cfg.alpha, reason)
             details["summary"] = self._summary(cfg, partition, ref_partitions, main, decision, reason)
         else:  # the method tests several columns at once (e.g. CDD's two prompt forms)
-            p_value, statistic, reason, summary = combined
+            p_value, statistic, reason, summary, floor = combined
             decision = decision_at(p_value, cfg.alpha, reason)
             if cfg.mode != "heldout":  # labelled as what it is, as the single column's summary is
                 summary = f"{summary} ({SHIFT_CAVEAT})"
@@ -310,6 +311,7 @@ class HeldoutTest(Method):
             details=details,
             decision=decision,
             reason=reason,
+            min_p=floor,
         )
         if self.rate_column:
             _with_rates(verdict, own, ref, self.rate_column, self.rate_label)
@@ -322,9 +324,10 @@ class HeldoutTest(Method):
         results: dict[str, dict[str, Any]],
         reason_of: Callable[[str, Any], str],
         unit_scores: dict[str, UnitScores | None],
-    ) -> tuple[float | None, float | None, str, str] | None:
-        """A decision over several tested columns at once: (p-value, statistic, inconclusive reason, summary), or
-        None to decide by the declared score column alone (the default). ``rows``: the partition's and the
+    ) -> tuple[float | None, float | None, str, str, float | None] | None:
+        """A decision over several tested columns at once: (p-value, statistic, inconclusive reason, summary, the
+        smallest p the combined test could give - ``Verdict.min_p``, None when unknown), or None to decide by the
+        declared score column alone (the default). ``rows``: the partition's and the
         reference's; ``results``: each tested column's test; ``reason_of(column, cfg)``: why that column's test
         cannot decide under ``cfg`` ("" when it can); ``unit_scores``: each column's unit scores (``UnitScores``,
         None when a side had none), for a test of several columns over the same units."""

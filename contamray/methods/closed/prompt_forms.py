@@ -66,11 +66,11 @@ def combine_forms(
     reason_of: Callable[[str, Any], str],
     score: str,
     unit_scores: Mapping[str, Any] | None = None,
-) -> tuple[float | None, float | None, str, str]:
+) -> tuple[float | None, float | None, str, str, float | None]:
     """The raw and chat forms' held-out tests of ``score`` (and ``chat_column(score)``) combined: (p-value, statistic,
-    inconclusive reason, summary) for ``HeldoutTest.combine`` (see the module docstring). ``unit_scores``: each
-    column's ``heldout_test.UnitScores``; when both forms were tested on the same units, the joint test over them,
-    else Bonferroni."""
+    inconclusive reason, summary, the smallest p the combination could give) for ``HeldoutTest.combine`` (see the
+    module docstring). ``unit_scores``: each column's ``heldout_test.UnitScores``; when both forms were tested on the
+    same units, the joint test over them, else Bonferroni."""
     forms = dict(zip((score, chat_column(score)), FORM_NAMES, strict=True))
     scored = [r for r in rows if not row_failed(r)]
     alike = bool(scored) and all(finite(r.get(score)) == finite(r.get(chat_column(score))) for r in scored)
@@ -108,6 +108,8 @@ def combine_forms(
                       f"p is {floor:.3g}): draw more rows, or sample: random (independent rows, each a unit)")
     else:
         p_value = min(1.0, len(forms) * p_values[best]) if p_values else None
+        floors = [results[c].get("min_p_value") for c in p_values]
+        floor = min(1.0, len(forms) * min(floors)) if p_values and None not in floors else None  # type: ignore[type-var]
         how = (f"Bonferroni over the 2 prompt forms: p = min(1, 2 x {p_values[best]:.3g}) = {p_value:.3g}"
                if p_value is not None else "neither prompt form tested")  # fmt: skip
     if alike:  # what a model without a chat template gives: the engines send the raw prompt in both forms
@@ -115,7 +117,7 @@ def combine_forms(
                 "the same test with half the work")  # fmt: skip
     n1 = results[score]["partition"]["n"]
     summary = f"{name}: {n1} rows in both prompt forms; {'; '.join(parts)}; {how} (alpha {cfg.alpha})"
-    return p_value, results[best].get("auc_vs_reference"), reason, summary
+    return p_value, results[best].get("auc_vs_reference"), reason, summary, floor if p_value is not None else None
 
 
 class TwoPromptForms:
@@ -127,7 +129,7 @@ class TwoPromptForms:
 
     def combine(self, cfg: Any, rows: list[dict], results: dict[str, dict[str, Any]],
                 reason_of: Callable[[str, Any], str], unit_scores: Mapping[str, Any],
-                ) -> tuple[float | None, float | None, str, str] | None:  # fmt: skip
+                ) -> tuple[float | None, float | None, str, str, float | None] | None:  # fmt: skip
         if cfg.chat != BOTH:
             return None
         return combine_forms(self.name, cfg, rows, results, reason_of, self.outputs.score, unit_scores)

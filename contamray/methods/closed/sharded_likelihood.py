@@ -872,6 +872,7 @@ class ShardedLikelihood(Method):
             statistic=float(statistic),
             contaminated=bool(contaminated),
             p_value=p_value,
+            min_p=reach if p_value is not None else None,  # Student's t (test: t) has no floor
             rate=None,
             n_examples=len(rows),
             n_failed=len(failed),
@@ -932,9 +933,11 @@ def _combine(forms: list[Serialisation], verdicts: list[Verdict], cfg: Config) -
         + "; ".join(f"{f.label}: p={v.p_value:.3g}" for f, v in decided)
     )
     details["decided_by"] = form.label
+    floors = [v.min_p for _, v in decided]
+    floor = None if None in floors else min(1.0, len(decided) * min(floors))  # type: ignore[type-var]
     # the deciding test's failed rows: a serialisation that could not decide (e.g. no raw rows) does not count
     return Verdict(statistic=best.statistic, p_value=p_value, contaminated=contaminated, details=details,
-                   n_failed=best.n_failed, **common)  # fmt: skip
+                   n_failed=best.n_failed, min_p=floor, **common)  # fmt: skip
 
 
 def _tied_min_p(per_shard: list[dict[str, Any]]) -> float:
