@@ -9,6 +9,8 @@
   (``serve.reuse``): no new replica.
 - A replica killed mid-run (by its actor id) is replaced by Serve, the batches it held are sent again,
   and the run's scores and verdicts equal those of the undisturbed run.
+- A model asked for while the only resources are held by another model busy in a stage (a zoo's targets, each in
+  its thread, on a cluster that fits one at a time) waits for that stage to end and takes its place.
 """
 
 from __future__ import annotations
@@ -247,6 +249,50 @@ def test_a_stopped_run_stops_waiting_for_a_deployment_and_deletes_it(roomy_ray):
     while deploying():
         assert time.monotonic() < gone + 60, serve.status().applications
         time.sleep(0.5)
+
+
+def test_a_deployment_waits_for_a_busy_model_to_end_its_stage_instead_of_timing_out(roomy_ray, caplog):
+    """Two models of 4 CPUs on this 6-CPU Ray, each asked for by a thread of its own (a zoo's targets run
+    concurrently): the second, asked for while the first is busy in a stage, waits for that stage to end, deletes the
+    first then and comes up. It used to start at once and wait for resources nothing freed (the first was never idle
+    when a deployment made room) until ``serve.deploy_timeout_s`` stopped the run - 40 s here, far more than the
+    first's stage and the second's load take."""
+    from contamray.pipeline.plan import ModelPlan
+    from contamray.serve.hosting import Hosts, app_name
+
+    caplog.set_level(logging.INFO, logger="contamray")
+    first, second = (ModelPlan(name=name, engine={"source": "smollm2-135m", "backend": "hf", "dtype": "float32",
+                                                  "batch_size": size}, num_cpus=4.0)
+                     for name, size in (("first", 2), ("second", 4)))  # fmt: skip
+    hosts, serve_cfg = Hosts(), {"deploy_timeout_s": 40}
+    busy, stage_ended, errors = threading.Event(), [], []
+
+    def stage() -> None:  # the first model's stage: it holds the model busy for 8 s
+        try:
+            with hosts.use("run1", first, serve_cfg, {}):
+                busy.set()
+                time.sleep(8)
+                stage_ended.append(time.monotonic())
+        except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            errors.append(err)
+            busy.set()
+
+    thread = threading.Thread(target=stage)
+    thread.start()
+    assert busy.wait(timeout=120)
+    try:
+        with hosts.use("run2", second, serve_cfg, {}) as app:
+            up = time.monotonic()
+            assert app in running_apps() and app_name(first) not in running_apps()
+    finally:
+        thread.join(timeout=120)
+        hosts.release("run1", keep=False)
+        hosts.release("run2", keep=False)
+    assert not errors and stage_ended and up > stage_ended[0]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("model second: waiting for room" in m and "model(s) first hold it in a stage" in m for m in messages)
+    assert any("model first: deleting its idle deployment" in m for m in messages), messages
+    assert not running_apps()
 
 
 def test_a_model_no_node_can_host_stops_with_an_error_naming_it(roomy_ray, caplog):

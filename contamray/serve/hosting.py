@@ -18,8 +18,11 @@ deployed when the last run holding it ends, unless ``serve.keep`` is set (the de
 the run, for the next run or the API to reuse). When the cluster has not the resources for a model the
 run needs (a CPU machine hosting a target, a judge and a reference model), the least recently used
 model no stage is using is deleted first (and reloaded if a later stage needs it, logged as such): a run
-never waits on resources its own idle models hold. ``make_room`` does the same for the CPU scoring
-actors.
+never waits on resources its own idle models hold. When only models busy in a stage hold them (a zoo's targets
+run concurrently, each in its own thread, on a cluster that fits one of them at a time), the deployment waits
+for one of them to finish its stage and deletes it then, instead of starting at once and waiting for
+resources nobody frees until ``serve.deploy_timeout_s`` stops the run. ``make_room`` also makes way for the
+CPU scoring actors (those do not wait for busy models: Ray queues them until resources free).
 
 A replica that dies (out of memory, a lost node, killed) is replaced by Serve; the batches it held are
 sent again (``EnginePool.answer``), and answers do not depend on which replica computed them (greedy
@@ -232,7 +235,12 @@ class Hosts:
         return hosted.app
 
     def _claim(
-        self, run: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any]
+        self,
+        run: str,
+        pool: ModelPlan,
+        serve_cfg: dict[str, Any],
+        ray_cfg: dict[str, Any],
+        stopping: threading.Event | None = None,
     ) -> tuple[Hosted, bool]:
         """(``pool``'s application, held by ``run``; whether this call started its deployment - the caller
         then waits for it: ``_until_up``). Under ``deploy_lock``."""
@@ -241,7 +249,7 @@ class Hosts:
         hosted = self.apps.get(app)
         deploying = False
         if hosted is None or (hosted.ready.is_set() and app not in running_apps()):
-            hosted, deploying = self._start(app, pool, serve_cfg, ray_cfg, reuse=hosted is None)
+            hosted, deploying = self._start(app, pool, serve_cfg, ray_cfg, reuse=hosted is None, stopping=stopping)
         hosted.holders.add(run)
         return hosted, deploying
 
@@ -283,7 +291,13 @@ class Hosts:
         self.session = session
 
     def _start(
-        self, app: str, pool: ModelPlan, serve_cfg: dict[str, Any], ray_cfg: dict[str, Any], reuse: bool
+        self,
+        app: str,
+        pool: ModelPlan,
+        serve_cfg: dict[str, Any],
+        ray_cfg: dict[str, Any],
+        reuse: bool,
+        stopping: threading.Event | None = None,
     ) -> tuple[Hosted, bool]:
         """Reuse ``app`` if it is up (``serve.reuse``), else make room for it and start its deployment
         (not waiting for it to load); True when a deployment was started."""
@@ -295,8 +309,8 @@ class Hosts:
             self.apps[app] = hosted
             return hosted, False
         replicas = max(1, pool.concurrency)
-        cpus, gpus = _held(pool)  # idle models make way (Serve would wait for their resources)
-        self.make_room(cpus=cpus, gpus=gpus, keep=app)
+        cpus, gpus = _held(pool)  # idle models make way (Serve would wait for their resources); busy ones finish first
+        self.make_room(cpus=cpus, gpus=gpus, keep=app, wait_busy=pool.name, stopping=stopping)
         in_flight = max(1, int(ray_cfg.get("batches_in_flight", 2)))
         deployment = serve.deployment(
             EngineReplica,
@@ -340,10 +354,20 @@ class Hosts:
             missing = [_held(p) for app, p in {app_name(p): p for p in pools}.items() if app not in up]
             return _fits(self._unclaimed(), sum(c for c, _ in missing), sum(g for _, g in missing))
 
-    def make_room(self, cpus: float = 0.0, gpus: float = 0.0, keep: str = "") -> None:
+    def make_room(
+        self,
+        cpus: float = 0.0,
+        gpus: float = 0.0,
+        keep: str = "",
+        wait_busy: str = "",
+        stopping: threading.Event | None = None,
+    ) -> None:
         """Free ``cpus`` / ``gpus`` by deleting idle deployments this process made (least recently used
         first); a later stage that needs one deploys it again. Resources a deployment just started will take
-        count as taken (``_unclaimed``); when only such deployments stand in the way, they are waited for."""
+        count as taken (``_unclaimed``); when only such deployments stand in the way, they are waited for.
+        ``wait_busy`` (the name of the model to deploy): when only deployments busy in a stage stand in the way
+        and deleting them would make room, wait for one to finish its stage (``stopping`` ends the wait) -
+        otherwise return and let the caller's request wait for resources."""
         with self.deploy_lock:
             while not _fits(self._unclaimed(), cpus, gpus):
                 with self.count_lock:
@@ -351,10 +375,14 @@ class Hosts:
                 idle = [h for h in mine if h.busy == 0 and h.ready.is_set()]
                 if not idle:
                     starting = [h for h in mine if not h.ready.is_set()]
-                    if not starting:
+                    if starting:
+                        for hosted in starting:  # their replicas' resources show once they are up
+                            hosted.ready.wait()
+                        continue
+                    busy = [h for h in mine if h.busy > 0]
+                    if not wait_busy or not busy or not self._fits_without(busy, cpus, gpus):
                         return
-                    for hosted in starting:  # their replicas' resources show once they are up
-                        hosted.ready.wait()
+                    self._wait_idle(busy, wait_busy, cpus, gpus, stopping)
                     continue
                 victim = min(idle, key=lambda h: h.last_used)
                 log.info(
@@ -364,6 +392,38 @@ class Hosts:
                 )  # fmt: skip
                 self._delete(victim)
                 _wait_for(lambda: _fits(self._unclaimed(), cpus, gpus), RESOURCE_WAIT_S)
+
+    def _fits_without(self, hosted: list[Hosted], cpus: float, gpus: float) -> bool:
+        """Whether ``cpus`` / ``gpus`` would fit once the deployments ``hosted`` were deleted."""
+        free = self._unclaimed()
+        for h in hosted:
+            held_cpus, held_gpus = _held(h.pool)
+            free["CPU"] += held_cpus
+            free["GPU"] += held_gpus
+        return _fits(free, cpus, gpus)
+
+    def _wait_idle(
+        self, busy: list[Hosted], model: str, cpus: float, gpus: float, stopping: threading.Event | None
+    ) -> None:
+        """Until one of ``busy`` finishes its stage (or is gone), saying every ``WAIT_LOG_S`` who waits for what;
+        ``stopping`` set: ``RunInterrupted``. Under ``deploy_lock``: the waiting deployment is next."""
+        names = ", ".join(sorted({h.pool.name for h in busy}))
+        log.info(
+            "model %s: waiting for room (%s CPU / %s GPU): model(s) %s hold it in a stage; the one done first is "
+            "deleted then (a cluster with room for every model of the run loads each once)", model, cpus, gpus, names,
+        )  # fmt: skip
+        started = said = time.monotonic()
+        while True:
+            with self.count_lock:
+                if any(h.busy == 0 or self.apps.get(h.app) is not h for h in busy):
+                    return
+            if stopping is not None and stopping.is_set():
+                raise RunInterrupted(f"model {model}: the run was stopped while it waited for room to deploy")
+            now = time.monotonic()
+            if now - said >= WAIT_LOG_S:
+                said = now
+                log.info("model %s: still waiting for room after %.0f s: model(s) %s busy", model, now - started, names)
+            time.sleep(STATUS_POLL_S)
 
     def _unclaimed(self) -> dict[str, float]:
         """The cluster's free CPUs / GPUs, less what the replicas of deployments just started will take and
@@ -417,7 +477,7 @@ class Hosts:
         lock (``_until_up``), so the other models of the run deploy meanwhile. ``stopping`` set (Ctrl-C)
         ends the wait for a deployment this call started: it is deleted and ``RunInterrupted`` raised."""
         with self.deploy_lock:
-            hosted, deploying = self._claim(run, pool, serve_cfg, ray_cfg)
+            hosted, deploying = self._claim(run, pool, serve_cfg, ray_cfg, stopping)
             with self.count_lock:
                 hosted.busy += 1
         try:
