@@ -303,6 +303,34 @@ def test_the_best_adjusted_p_a_cell_could_get_by_hand() -> None:
     assert reachable([None, 0.2], [0.01, 0.5], "holm") == [None, 0.2]  # not a test; a floor above p: p is reachable
 
 
+def test_the_best_adjusted_p_equals_its_definition_on_random_grids_with_ties() -> None:
+    """``reachable``'s closed forms against the definition - the cell's p replaced by its floor, the whole grid
+    adjusted again - on 2,000 random grids whose p-values and floors tie (the exact tests' 1/924, 1/70 ...)."""
+    rng = np.random.default_rng(7)
+    levels = [1 / 924, 1 / 70, 0.001, 0.01, 0.02, 0.05, 0.2, 0.5, 1.0]
+
+    def by_definition(p: list, floors: list, correction: str) -> list:
+        valid = [i for i, v in enumerate(p) if v is not None]
+        out = [None] * len(p)
+        for k, i in enumerate(valid):
+            if floors[i] is not None:
+                moved = [p[j] for j in valid]
+                moved[k] = min(moved[k], floors[i])
+                out[i] = adjust(moved, correction)[k]
+        return out
+
+    for _ in range(2000):
+        m = int(rng.integers(1, 25))
+        p = [float(rng.choice(levels)) if rng.random() < 0.5 else float(rng.uniform()) for _ in range(m)]
+        floors = [None if u < 0.2 else float(rng.choice(levels)) if u < 0.6 else float(rng.uniform()) * v
+                  for v, u in zip(p, rng.uniform(size=m))]  # fmt: skip
+        p = [None if rng.random() < 0.1 else v for v in p]
+        for correction in ("holm", "bh", "none"):
+            got, want = reachable(p, floors, correction), by_definition(p, floors, correction)
+            assert [g is None for g in got] == [w is None for w in want], (p, floors, correction)
+            assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], abs=1e-12)
+
+
 # five tested cells: (model, raw p, the smallest p its data allow)
 REACH = [("m0", 0.001, 1e-6), ("m1", 0.3, 1 / 924), ("m2", 0.4, 1 / 70), ("m3", 0.6, 0.019), ("m4", 0.03, 0.03)]
 
