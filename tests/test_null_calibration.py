@@ -159,3 +159,20 @@ def test_sharded_likelihood_holds_its_null_on_clean_slices(engines, clean_slices
     })  # fmt: skip
     seen = decide(method, seen_cfg, engines.run(method, contaminated_model.seen, seen_cfg))
     assert seen.decision == "contaminated", (seen.p_value, seen.details.get("summary"))
+
+
+def test_the_raw_form_holds_its_null_on_rows_that_number_themselves(engines, clean_slices):
+    """``format: raw`` scores the rows byte for byte, ``"id": "synthetic_facts/set2/test#N"`` and all. Shuffled as
+    they were, the ids jumped about while the canonical file counted upward, and the *base* model (which never saw
+    the generator's rows) preferred the count: rows 40-59 and 60-79 gave p = 0.0057 and 0.0012 (rows 0-79: 3 of 4
+    slices flagged). Renumbered in every order (``position_fields``), the same slices are clean (measured 2026-12-06:
+    p = 0.37 and 0.998; all 10 ``synthetic_facts`` slices: 1 flagged, rows 20-39 at p = 0.019, the slice the JSON
+    form flags too)."""
+    base = SharedEngines({"target": engines.engines["reference"]})
+    method = get_method("sharded_likelihood")
+    cfg = method.make_config({"num_shards": 5, "permutations_per_shard": 5, "format": "raw"})
+    verdicts = [decide(method, cfg, base.run(method, part, cfg)) for part in clean_slices["synthetic_facts"][2:4]]
+    print("raw form, base model:", [(v.decision, v.p_value) for v in verdicts])
+    assert [v.decision for v in verdicts] == ["clean", "clean"], [(v.p_value, v.reason) for v in verdicts]
+    assert all(v.details["order_structure"]["position_fields"]["index"] == ["id"] for v in verdicts)
+    assert all("raw rows renumbered in every order (index id)" in v.details["summary"] for v in verdicts)

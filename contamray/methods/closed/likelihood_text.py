@@ -12,7 +12,9 @@ how they are written (``fmt``):
 - ``"text"``: the non-empty field values joined by a newline (choices one per line);
 - ``"raw"``: the dataset's own row (``Record.source_row``: its keys and values as one JSON line, byte for byte a
   line of the mirror files) - the benchmark file as it leaks, whatever ``fields`` say (they are
-  ignored). A record built by hand, not loaded from a dataset, has none and is left out as empty.
+  ignored). A record built by hand, not loaded from a dataset, has none and is left out as empty. Rows that number
+  their positions (an ``ind``, an ``id`` ending in the row number) are renumbered in every shuffled order by the
+  sharded test (``position_fields``), so the numbers alone cannot tell the canonical file from a shuffle.
 
 ``EXAMPLE_END[fmt]`` is what follows each example when examples are concatenated (a newline after a
 JSON line, as ``readlines`` keeps it in the authors' code; a blank line between plain-text examples).

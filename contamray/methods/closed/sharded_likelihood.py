@@ -65,6 +65,17 @@ gave p = 0.067. Rows: ``d`` stays the first serialisation's; each other one's sh
 ``details.by_serialisation`` holds each test's decision, p and reason, ``details.decided_by`` the one
 with the smallest p.
 
+The raw form and files that number their rows (``position_fields``): ``format: raw`` scores the dataset's rows byte
+for byte, and many files number them (HellaSwag's ``ind``, GLUE's ``idx``, the generated benchmarks' ``id``), point
+at other rows by number (``twin``) or count runs (``run``). Shuffled as they are, the numbers jump about where the
+canonical file counts upward - a preference any model has without having read the file: on the base model the raw
+form flagged 3 of 4 clean ``synthetic_facts`` slices (p = 0.0027, 0.0057, 0.0012), the JSON form none. Each scored
+order is therefore written as the file would be in that order: the numbering stays with the positions, references
+follow the rows they name, a counter's runs are kept whole (units a run straddles are joined) and renumbered as they
+come; the canonical text is unchanged. Fields that follow the row order in a way no renumbering reproduces make the
+raw form's null not credible (inconclusive below). ``details.order_structure.position_fields`` and the summary name
+the fields renumbered.
+
 When the null is not credible the decision is ``inconclusive`` (issue #13), never a silent answer:
 
 - **residual structure**: the permuted units must be exchangeable *inside the shards*. After the units
@@ -81,6 +92,9 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
   ``allow_structured: true`` decides anyway (with ``details.warning_structure``) - the way to reproduce
   Oren et al.'s and the survey's decisions on structured benchmarks; the presets keep it false, so
   on Winogrande or HellaSwag they report the paper's p-value but do not call it a decision.
+- **numbered raw rows**: under ``format: raw``, a field whose numbers follow the row order (Kendall's tau with the
+  position, ``position_fields``) but is neither an index, a reference to one nor a counter - the reason names it;
+  ``allow_structured: true`` decides anyway (``details.warning_position_fields``).
 - **power**: inconclusive when fewer than ``min_shards`` shards could be tested (default 5, the
   canary's shard count: a one-sided t-test on 2-4 shard differences has 1-3 degrees of freedom, so
   only an effect far larger than its spread reaches alpha, and a "clean" from it says nothing), or
@@ -221,8 +235,11 @@ from contamray.methods.closed.order_structure import (
     Units,
     coarser_units,
     diagnose,
+    merge_adjacent,
     residual,
 )
+from contamray.methods.closed.position_fields import PositionFields, Renumber, counter_runs
+from contamray.methods.closed.position_fields import find as find_position_fields
 from contamray.records import Record
 from contamray.stats.tests import permutation_p_value, shard_permutation_test, t_test_greater
 
@@ -366,6 +383,7 @@ class Shard:
     units: list[list[int]] = field(default_factory=list)  # local row indices of each permutable unit
     orders: list[list[int]] = field(default_factory=list)  # [canonical, shuffle 1, ...] as row orders
     skip_reason: str = ""
+    renumber: Renumber | None = None  # raw rows numbering their positions: each order written renumbered
 
     @property
     def base(self) -> str:
@@ -377,11 +395,11 @@ class Shard:
 
     def text(self, order: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
         """The concatenation in ``order`` and each example's character span in it (in that order)."""
-        parts, spans, pos = [], [], 0
-        for i in order:
-            parts.append(self.texts[i])
-            spans.append((pos, pos + len(self.texts[i])))
-            pos += len(self.texts[i])
+        parts = self.renumber.texts(order) if self.renumber else [self.texts[i] for i in order]
+        spans, pos = [], 0
+        for part in parts:
+            spans.append((pos, pos + len(part)))
+            pos += len(part)
         return "".join(parts), spans
 
     def perm_key(self, j: int) -> str:
@@ -490,7 +508,7 @@ def choose_units(structure: OrderStructure, rows: Sequence[Record], texts: Seque
     sim = Similarity(texts)
 
     def check(units: Units) -> Residual:
-        return residual([c for c in chunk_units(units, cfg.num_shards) if len(c) >= MIN_SHARD], sim, cfg.seed)
+        return _residual_of(units, sim, cfg)
 
     if cfg.permute == "rows":
         rows_units = [[i] for i in range(len(rows))]
@@ -520,6 +538,24 @@ def choose_units(structure: OrderStructure, rows: Sequence[Record], texts: Seque
     return UnitChoice(structure.units, base, res, False, tried, problem)
 
 
+def _residual_of(units: Units, sim: Similarity, cfg: Config) -> Residual:
+    return residual([c for c in chunk_units(units, cfg.num_shards) if len(c) >= MIN_SHARD], sim, cfg.seed)
+
+
+def join_runs(choice: UnitChoice, together: Sequence[bool], texts: Sequence[str], cfg: Config) -> UnitChoice:
+    """``choice`` with the units joined wherever ``together[i]`` says rows i and i + 1 must move as one (a raw
+    row's counter holds one value over both: ``position_fields.counter_runs``); its residual structure checked
+    again on the joined units."""
+    joined = merge_adjacent(choice.units, [together[u[0] - 1] for u in choice.units[1:]])
+    if len(joined) == len(choice.units):
+        return choice
+    res = _residual_of(joined, Similarity(texts), cfg)
+    label = f"{choice.source}, joined into whole runs of the raw rows' counter"
+    problem = choice.problem or (_residual_text(res, f"adjacent units ({label})") if res.found else "")
+    return UnitChoice(joined, label, res, choice.credible and not res.found,
+                      [*choice.tried, _tried(label, joined, res, cfg)], problem)  # fmt: skip
+
+
 def _residual_text(res: Residual, what: str) -> str:
     return (
         f"{what} are more alike than the pairs a shuffle puts side by side (similarity {res.boundary_similarity:.3f} "
@@ -535,6 +571,7 @@ class Layout:
     empty: list[Record]
     structure: dict[str, OrderStructure]
     units: dict[str, UnitChoice] = field(default_factory=dict)
+    positions: dict[str, PositionFields] = field(default_factory=dict)  # raw form: position-carrying fields
 
 
 def layout(records: Sequence[Record], cfg: Config) -> Layout:
@@ -547,10 +584,18 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
         ordered = _canonical(rows)
         usable = [r for r in ordered if not is_empty(r, cfg.fields, cfg.format)]
         out.empty += [r for r in ordered if is_empty(r, cfg.fields, cfg.format)]
-        texts = [serialise(r, cfg.fields, cfg.format) + EXAMPLE_END[cfg.format] for r in usable]
+        lines = [serialise(r, cfg.fields, cfg.format) for r in usable]
+        texts = [line + EXAMPLE_END[cfg.format] for line in lines]
         structure = diagnose(usable, texts, cfg.seed, detect=cfg.detect_structure)
         out.structure[partition] = structure
         choice = choose_units(structure, usable, texts, cfg)
+        # the raw rows may number their positions; a shuffled file is written renumbered (position_fields), the
+        # runs of a counter kept whole
+        positions = find_position_fields(lines) if cfg.format == "raw" else PositionFields()
+        if cfg.format == "raw":
+            out.positions[partition] = positions
+            if positions.counters:
+                choice = join_runs(choice, counter_runs(lines, positions), texts, cfg)
         out.units[partition] = choice
         units = choice.units
         for i, shard_units in enumerate(chunk_units(units, cfg.num_shards)):
@@ -561,6 +606,8 @@ def layout(records: Sequence[Record], cfg: Config) -> Layout:
             shard = Shard(
                 partition, i, [usable[j] for j in rows_idx], [texts[j] for j in rows_idx],
                 units=[[j - first for j in unit] for unit in shard_units],
+                renumber=Renumber(positions, [lines[j] for j in rows_idx], EXAMPLE_END[cfg.format])
+                if positions.renumbered else None,
             )  # fmt: skip
             if len(shard_units) < MIN_SHARD:
                 shard.skip_reason = (
@@ -681,6 +728,8 @@ class ShardedLikelihood(Method):
             choice = laid.units.get(row["partition"])
             row["variant"] = VARIANTS[cfg.permute]
             diagnosis = {**structure.to_dict(), **choice.to_dict()} if structure and choice else {}
+            if diagnosis and row["partition"] in laid.positions:
+                diagnosis["position_fields"] = laid.positions[row["partition"]].to_dict()
             row["order_structure"] = json.dumps(diagnosis) if diagnosis else ""
         return rows
 
@@ -1010,13 +1059,14 @@ def _null_problems(structure: dict[str, Any] | None, cfg: Config, details: dict[
     """Why the permutation null is not credible (see ``choose_units``); none under ``allow_structured``."""
     if not structure:
         return []
+    numbered = _position_problems(structure.get("position_fields") or {}, cfg, details)
     if structure.get("null_credible", True):
         if structure.get("structured") and cfg.permute == "rows":
             details["warning_structure"] = (
                 "the canonical order is structured (see order_structure) and rows were permuted; inside the shards "
                 "the rows show no residual structure, so the null holds at this shard size, but permute=groups is safer"
             )
-        return []
+        return numbered
     problem = structure.get("null_problem") or "the permuted units are not exchangeable"
     if cfg.permute == "rows":
         fix = "use permute=groups (the structure-aware default), or allow_structured=true to reproduce Oren et al."
@@ -1028,6 +1078,26 @@ def _null_problems(structure: dict[str, Any] | None, cfg: Config, details: dict[
     text = f"the permutation null is not credible: {problem} ({structure.get('summary', '')}); {fix}"
     if cfg.allow_structured:
         details["warning_structure"] = f"decided although {text} (allow_structured=true)"
+        return numbered
+    return numbered + [text]
+
+
+def _position_problems(positions: dict[str, Any], cfg: Config, details: dict[str, Any]) -> list[str]:
+    """Raw rows with fields that follow the row order but cannot be renumbered (``position_fields``): any model
+    prefers the canonical file's numbering to a shuffle's, so the null is not credible; none under
+    ``allow_structured``."""
+    unheld = positions.get("unheld") or {}
+    if not unheld:
+        return []
+    names = ", ".join(f"{k!r} (Kendall tau {v:.2f} with the row position)" for k, v in unheld.items())
+    text = (
+        f"the permutation null is not credible: the raw rows' field(s) {names} follow the row order but are not an "
+        "index, a reference to one or a counter of whole units, so a shuffle cannot be renumbered as the file would "
+        "be and any model prefers the canonical numbering; score format json (or text) with fields, or "
+        "allow_structured=true to decide anyway"
+    )
+    if cfg.allow_structured:
+        details["warning_position_fields"] = f"decided although {text} (allow_structured=true)"
         return []
     return [text]
 
@@ -1043,6 +1113,9 @@ def _summary(variant: str, structure: dict[str, Any] | None, problems: list[str]
                 f"units: {structure['units_from']} ({structure.get('n_permuted_units')}), residual structure "
                 + (f"p={res:.2g}" if res is not None else "not testable")
             )
+        numbered = (structure.get("position_fields") or {}).get("summary")
+        if numbered:
+            parts.append(numbered)
     if problems:
         parts.append(f"inconclusive: {problems[0]}")
     return "; ".join(parts)
