@@ -196,3 +196,32 @@ def test_a_counters_runs_are_joined_into_whole_units_and_renumbered_as_they_come
             assert [r["run"] for r in rows] == own  # the same count in every order
             assert [r["ctx"] for r in rows] == [json.loads(shard.records[i].source_row)["ctx"] for i in order]
     assert _verdict(records, config, _counting).details["order_structure"]["position_fields"]["counters"] == ["run"]
+
+
+@pytest.mark.slow
+def test_a_model_fine_tuned_on_the_raw_file_is_found_and_an_unseen_slice_is_not(tmp_path_factory):
+    """The embedded model fine-tuned on ``synthetic_facts`` rows 200-219 as the raw file (the rows' own JSON lines,
+    ids and all; 12 epochs of one sequence): renumbering the shuffles keeps the test's power on the file it read,
+    and rows 220-239 of the same file, never seen, stay clean. Measured 2026-12-06 (two fine-tunes, CPU training is
+    not bit-reproducible): seen p = 0.0040 and 0.0096, unseen 0.49 and 0.45; the JSON form of input and label missed
+    the leak (p = 0.17) - the serialisation the model saw is the one to test."""
+    import dataclasses
+
+    from contamray.engines import resolve_model_path
+    from contamray.engines.hf import HFEngine
+    from contamray.inject import finetune_causal_lm
+    from contamray.validate.calibrate import SharedEngines, decide
+
+    rows = load_records("synthetic_facts", config="set2", split="test").records
+    seen = [dataclasses.replace(r, partition=r.partition + ":rows200-219") for r in rows[200:220]]
+    unseen = [dataclasses.replace(r, partition=r.partition + ":rows220-239") for r in rows[220:240]]
+    out = tmp_path_factory.mktemp("raw_leak") / "model"
+    finetune_causal_lm(resolve_model_path("smollm2-135m"), ["".join(r.source_row + "\n" for r in seen)], out,
+                       epochs=12, lr=5e-4, batch_size=1, seed=0, max_length=2048)  # fmt: skip
+    engines = SharedEngines({"target": HFEngine(str(out), dtype="float32", batch_size=16)})
+    config = METHOD.make_config(RAW)
+    found, clean = (decide(METHOD, config, engines.run(METHOD, part, config)) for part in (seen, unseen))
+    print("raw leak:", found.p_value, "unseen:", clean.p_value)
+    assert found.decision == "contaminated", (found.p_value, found.details["summary"])  # p <= alpha = 0.05
+    assert clean.decision == "clean", (clean.p_value, clean.reason)
+    assert found.details["order_structure"]["position_fields"]["index"] == ["id"]
