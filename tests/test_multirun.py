@@ -21,10 +21,12 @@ def test_multirun_jobs_run_concurrently_with_their_own_outputs(tmp_path, mirror_
     sweep = tmp_path / "sweep"
     args = [
         sys.executable, "-m", "contamray.run", "-m", "+exp=base", "model=smollm2_135m,smollm2_135m_fp32",
-        "benchmark=[arc_challenge]", "method=[guided_prompting]", "corpus=none", "run.limit=3",
-        "methods.guided_prompting.max_tokens=6", f"data.mirror_dir={mirror_dir}", f"hydra.sweep.dir={sweep}",
+        "benchmark=[arc_challenge]", "method=[guided_prompting]", "corpus=none", "run.limit=6",
+        "methods.guided_prompting.max_tokens=32", f"data.mirror_dir={mirror_dir}", f"hydra.sweep.dir={sweep}",
         "ray.num_cpus=2",
     ]
+    # 6 rows x 32 tokens: enough work after a model is up that no job ends before the signal reaches it (with 3 rows x
+    # 6 tokens, a model computing in float32 finished its job first)
     # Ctrl-C as soon as a job's model is up: the jobs run in threads of the driver, which the signal never reaches
     # (before: they ran to their end, then the driver hung in Ray's shutdown and exited 1); the launcher stops them
     # all. The run gets SIGINT's default handler, as at a terminal (an xdist worker ignores SIGINT).
