@@ -24,7 +24,7 @@ Precision (``precision``): ``float32`` (the default) computes in float32; ``bflo
 backward passes in bfloat16 under ``torch.autocast`` (mixed precision: the weights, their gradients and AdamW's
 state stay float32, the loss is computed in float32), as fine-tunes on GPUs run; ``auto`` picks bfloat16 where the
 hardware computes in it (a GPU, a CPU with AVX-512 BF16 or AMX: ``engines.hf.native_dtype``) and float32
-elsewhere (an AVX2 CPU emulates bfloat16, several times slower). Measured on 2 EPYC cores with AVX-512 BF16, one
+elsewhere (any other CPU emulates bfloat16, several times slower). Measured on 2 EPYC cores with AVX-512 BF16, one
 thread, SmolLM2-135M (``bench/finetune_precision.py``, 2026-11-27): bfloat16 1.63x as fast on 1,024-token blocks
 (21.3 s against 33.7-35.9 s for 4 steps), 1.42x on 512-token blocks; the last epoch's loss within 1 %.
 The two give different weights (so a cache key hashes the precision asked for, and the manifest records the one
