@@ -65,9 +65,9 @@ def _stop_serve_router_before_ray_shutdown() -> None:
 # later modules of this list share (they wait for it: ``built_once``).
 LONG_MODULES = (
     "test_null_calibration", "test_order_structure", "test_multinode_scan", "test_null_calibration_guided",
-    "test_resume", "test_name_cloze", "test_smoke_run", "test_cdd", "test_sharded_likelihood",
-    "test_membership_scores", "test_multinode_placement", "test_http_engine", "test_hosting", "test_dcq",
-    "test_multirun",
+    "test_resume", "test_name_cloze", "test_smoke_run", "test_cdd", "test_sharded_likelihood", "test_position_fields",
+    "test_membership_scores", "test_heldout_accuracy", "test_multinode_placement", "test_http_engine", "test_hosting",
+    "test_dcq", "test_multirun",
 )  # fmt: skip
 
 
