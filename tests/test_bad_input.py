@@ -333,7 +333,7 @@ def test_vllms_start_failure_names_its_engine_process_error_not_see_root_cause_a
     from contamray.engines import vllm_start
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(vllm_start, "output_files", lambda: {1: str(out), 2: str(err)})
+        mp.setattr(vllm_start, "output_files", lambda: [str(out), str(err)])
         with pytest.raises(EngineStartError) as raised, explained_start("models.target"):
             with out.open("a") as fh_out, err.open("a") as fh_err:
                 fh_out.write(VLLM_STDOUT)

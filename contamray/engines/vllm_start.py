@@ -35,16 +35,16 @@ class EngineStartError(RuntimeError):
     """vLLM's engine did not start; the message carries its own process's error."""
 
 
-def output_files() -> dict[int, str]:
-    """This process's stdout and stderr, where they are regular files (a Ray worker's logs): fd -> path."""
-    files = {}
+def output_files() -> list[str]:
+    """The paths of this process's stdout and stderr, where they are regular files (a Ray worker's logs)."""
+    files = []
     for fd in (1, 2):
         try:
             path = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:  # not Linux, or the fd is closed
             continue
         if os.path.isfile(path):
-            files[fd] = path
+            files.append(path)
     return files
 
 
@@ -72,7 +72,7 @@ def explained_start(where: str) -> Iterator[None]:
     """Start vLLM's engine inside this block: a start that fails with vLLM's "see root cause above" raises
     ``EngineStartError`` naming ``where`` (the model's config key) and the engine process's own error."""
     files = {}
-    for path in output_files().values():
+    for path in output_files():
         try:
             files[path] = os.path.getsize(path)
         except OSError:
