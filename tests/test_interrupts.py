@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.ray_head import free_ports
+
+DEFAULT_DASHBOARD_PORT = 8265  # ray_constants.DEFAULT_DASHBOARD_PORT
 
 REPO = Path(__file__).resolve().parents[1]
 CLEAN_UP_S = 6  # longer than Ray's 3 s alarm
@@ -50,13 +55,40 @@ def test_a_driver_stopped_by_sigterm_finishes_its_clean_up_and_exits_143():
     assert proc.returncode == 143, (proc.returncode, proc.stderr[-4000:])  # was -6: SIGABRT mid clean-up
 
 
+@contextmanager
+def ray_dashboard_port_taken() -> Iterator[None]:
+    """127.0.0.1:8265 (Ray's default dashboard port) held, as by another Ray on this machine - or already held."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", DEFAULT_DASHBOARD_PORT))
+        sock.listen()
+    except OSError:
+        pass  # another Ray (a test in the other worker) has it: taken either way
+    try:
+        yield
+    finally:
+        sock.close()
+
+
 @pytest.mark.slow
 def test_the_api_stopped_by_sigterm_shuts_serve_down_and_exits_0(tmp_path: Path):
     (port,) = free_ports(1)
     args = [sys.executable, "-m", "contamray.cli", "serve", "--insecure-local", "--port", str(port), "ray.num_cpus=2",
             f"jobs.output_root={tmp_path}"]  # fmt: skip
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
+    with ray_dashboard_port_taken():  # was: "Failed to bind to 127.0.0.1:8265 because it's already occupied"
+        proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)  # fmt: skip
+        _stop_when_up(proc, lines)
+    # was 15: ray.init had replaced the command's handler (SIGTERM as Ctrl-C) with its own sys.exit, so Serve was not
+    # shut down; with that mended, Ray's 3 s abort cut the shutdown (about 5 s) short
+    assert proc.returncode == 0, (proc.returncode, "".join(lines)[-4000:])
+    dashboards = [line for line in lines if line.startswith("local Ray dashboard (Jobs API) at")]
+    assert dashboards and not dashboards[0].rstrip().endswith(f":{DEFAULT_DASHBOARD_PORT}"), "".join(lines)[-4000:]
+
+
+def _stop_when_up(proc: subprocess.Popen, lines: list[str]) -> None:
+    """Read the API's output until it is up, then SIGTERM it and wait for its exit."""
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -71,7 +103,4 @@ def test_the_api_stopped_by_sigterm_shuts_serve_down_and_exits_0(tmp_path: Path)
         if proc.poll() is None:
             proc.kill()
     lines.append(out)
-    # was 15: ray.init had replaced the command's handler (SIGTERM as Ctrl-C) with its own sys.exit, so Serve was not
-    # shut down; with that mended, Ray's 3 s abort cut the shutdown (about 5 s) short
-    assert proc.returncode == 0, (proc.returncode, "".join(lines)[-4000:])
     print(f"stopped {time.monotonic() - sent:.1f} s after SIGTERM")

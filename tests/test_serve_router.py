@@ -52,12 +52,14 @@ def report(**facts):
 
 
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+serve.start(proxy_location="Disabled")  # handles only: no proxy on port 8000, which another process may hold
 handle = serve.run(Echo.bind(), name="echo", route_prefix=None)
 report(first_answer=handle.remote(5).result(timeout_s=120), threads_in_first_session=len(router_threads()))
 serve.shutdown()
 ray.shutdown()  # guarded: the router stops first
 report(threads_after_first_session=len(router_threads()))
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+serve.start(proxy_location="Disabled")  # handles only: no proxy on port 8000, which another process may hold
 handle = serve.run(Echo.bind(), name="echo", route_prefix=None)
 report(second_answer=handle.remote(6).result(timeout_s=120))  # a new router loop, following the new controller
 threads = router_threads()

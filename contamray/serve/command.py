@@ -50,7 +50,8 @@ def start(settings: Any, app: Any) -> str:
                 kwargs["num_cpus"] = int(settings.ray["num_cpus"])
             if settings.ray.get("dashboard_port"):
                 kwargs["dashboard_port"] = int(settings.ray["dashboard_port"])
-            ray.init(**kwargs)
+            context = ray.init(**kwargs)
+            print(f"local Ray dashboard (Jobs API) at http://{context.dashboard_url}", flush=True)
         take_sigterm(_interrupt)  # `kill` stops it as Ctrl-C does, not cut short by Ray's 3 s abort
     serve.start(http_options={"host": settings.host, "port": settings.port})
     check_proxy()
