@@ -19,10 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from ray._private.ray_constants import DEFAULT_DASHBOARD_PORT
 
 from tests.ray_head import free_ports
-
-DEFAULT_DASHBOARD_PORT = 8265  # ray_constants.DEFAULT_DASHBOARD_PORT
 
 REPO = Path(__file__).resolve().parents[1]
 CLEAN_UP_S = 6  # longer than Ray's 3 s alarm
