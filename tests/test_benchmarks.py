@@ -138,6 +138,21 @@ def test_hellaswag_context_and_ending(mirror_dir: Path) -> None:
     assert first.meta["activity_label"] == "Roof shingle removal"
 
 
+def test_hellaswag_declares_its_activity_runs_as_groups(mirror_dir: Path) -> None:
+    """A row's context goes on from the row before only inside a run of one activity, and every such pair is in
+    one declared group, so the sharded test never shuffles them apart."""
+    records = full("hellaswag", mirror_dir).records
+    pairs = list(zip(records, records[1:]))
+    continued = [(a, b) for a, b in pairs if a.label[:30].lower() in b.input.lower()]
+    assert len(continued) == 1182 and all(a.meta["group"] == b.meta["group"] for a, b in continued)
+    assert all((a.meta["group"] == b.meta["group"]) == (a.meta["activity_label"] == b.meta["activity_label"])
+               for a, b in pairs)  # fmt: skip
+    assert len({r.meta["group"] for r in records}) == 2637 and records[0].meta["group"] == records[0].id
+    sampled = load_records("hellaswag", n=50, seed=3, mirror_dir=mirror_dir).records
+    by_id = {r.id: r for r in records}
+    assert all(r.meta == by_id[r.id].meta for r in sampled)  # groups do not depend on the sample
+
+
 def test_mmlu_index_answer_and_subject(mirror_dir: Path) -> None:
     first = full("mmlu", mirror_dir).records[0]
     assert first.choices == ("0", "4", "2", "6") and first.answer == "1" and first.label == "4"

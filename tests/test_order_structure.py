@@ -243,14 +243,18 @@ def test_residual_structure_the_grouping_cannot_remove_makes_the_groups_test_inc
 
 def test_hellaswag_rows_are_not_exchangeable_but_its_groups_are(mirror_dir: Path):
     """HellaSwag keeps items of one activity together: row permutations inside the survey's shards face
-    residual structure (not credible); the structure-aware units remove it."""
+    residual structure and split the declared activity runs (not credible); the runs as units remove it."""
     records = load_records("hellaswag", n=100, sample="first", mirror_dir=mirror_dir).records
+    runs = len({r.meta["group"] for r in records})
     for permute, credible in (("rows", False), ("groups", True)):
         choice = sl.layout(records, METHOD.make_config({"num_shards": 15, "permute": permute})).units
         (only,) = choice.values()
         assert only.credible is credible, only.to_dict()
         if not credible:
             assert only.residual.p_value < 1e-3 and "adjacent rows are more alike" in only.problem
+            assert "declared group(s) are split by row permutations" in only.problem
+        else:
+            assert only.source != "rows" and len(only.units) <= runs  # whole runs, merged further if need be
 
 
 def test_unstructured_rows_stay_units_and_the_null_is_credible(mirror_dir: Path):

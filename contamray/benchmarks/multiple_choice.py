@@ -8,6 +8,15 @@ option's text. Guided prompting's ``reference`` is the question text (the model 
 of the question). ``verbalized`` (Li et al. 2023) is the question followed by the correct option; for
 HellaSwag that is the context completed by its correct ending.
 
+HellaSwag's runs: the file keeps the items of one activity together (ActivityNet Captions gives several
+consecutive segments of one video), and inside a run a row's context usually goes on from the row before:
+on the 4,113 validation rows, 1,182 of the 1,476 adjacent pairs of one ``activity_label`` carry the first
+row's correct ending inside the second row's ``ctx``, and none of the 2,636 adjacent pairs of two activities
+do. Any model prefers such rows in canonical order, so a run is declared as Winogrande declares its twins:
+``meta["group"]`` is the id of the run's first row (``activity_runs``; 2,637 runs, 1.56 rows on average, at
+most 8), computed over the whole split so that it is the same whichever rows are sampled. The sharded
+likelihood test permutes the runs, not the rows (``methods/closed/order_structure.py``).
+
 C-Eval (Huang et al. 2023, "C-Eval: A Multi-Level Multi-Discipline Chinese Evaluation Suite for
 Foundation Models"; hub ``ceval/ceval-exam``): one config per subject (52, e.g.
 ``computer_network``), splits ``dev`` (5 per subject, with an ``explanation``), ``val`` (labelled, the
@@ -18,6 +27,9 @@ Chinese, written without spaces: the open-data n-gram methods read it a characte
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from contamray.benchmarks.base import Adapter, RowContext, append
 from contamray.records import Record
@@ -100,6 +112,19 @@ def hellaswag(ctx: RowContext) -> Record:
     return _mc_record(ctx, context, endings, key, "" if key is None else str(key), meta)
 
 
+def activity_runs(columns: Mapping[str, list[Any]], partition: str) -> list[dict[str, Any]]:
+    """HellaSwag: each maximal run of adjacent rows with one ``activity_label`` is a group, its id the run's first
+    row (a row without a label is its own group); see the module doc."""
+    labels = columns["activity_label"]
+    out: list[dict[str, Any]] = []
+    group = ""
+    for i, label in enumerate(labels):
+        if i == 0 or not label or label != labels[i - 1]:
+            group = f"{partition}#{i}"
+        out.append({"group": group})
+    return out
+
+
 def mmlu(ctx: RowContext) -> Record:
     question = ctx.text("question")
     choices = ctx.texts("choices", min_count=2)
@@ -164,6 +189,9 @@ ADAPTERS = (
         convert=hellaswag,
         id_field="ind",
         unlabeled_splits=("test",),
+        group_columns=("activity_label",),
+        groups=activity_runs,
+        group_rows=2,  # runs of one activity: 1.56 rows on average (validation), a unit's rows for plan-time checks
         note="mirror lacks ctx_a/ctx_b: ctx is used",
     ),
     Adapter(

@@ -14,7 +14,8 @@ weighted by log(n / rows containing it) within the partition): words every row h
 templates) count for nothing, a name only a few rows share counts a lot. Plain Jaccard let shared
 templates hide shared topics (issue #13: runs about one entity were not found).
 
-1. **declared** groups: the benchmark adapter sets ``Record.meta["group"]`` (Winogrande twin pairs). A
+1. **declared** groups: the benchmark adapter sets ``Record.meta["group"]`` (Winogrande twin pairs, HellaSwag's
+   runs of one activity, whose rows go on from one another: ``benchmarks/multiple_choice.py``). A
    group is a maximal run of consecutive rows sharing a group id; a group split by the sample stays split.
 2. **diagnosis and detected** groups (``diagnose``): the adjacent pairs of the canonical order against
    random pairs (|i - j| > 1) of the same partition, one-sided Mann-Whitney U (adjacent > random),
@@ -53,7 +54,7 @@ benchmark              diagnosis p     declared  links  residual p (units)     u
 arc_challenge          0.35            0         0      0.28 (rows)            rows (1000)               0.28
 gsm8k                  0.47            0         0      0.63 (rows)            rows (1000)               0.63
 winogrande             1.2e-36         227       0      0.081 (groups)         declared groups (773)     0.081
-hellaswag              1.8e-107        0         374    0.0062 (groups)        q0.99 merge (590)         0.52
+hellaswag              1.8e-107        260       0      0.55 (groups)          declared groups (583)     0.55
 mmlu (all)             2.9e-30         0         0      0.0023 (rows)          q0.95 merge (798)         1.0
 synthetic_structured   3.6e-108        47        0      6e-66 (groups)         q0.9 merge (177)          0.69
 =====================  ==============  ========  =====  =====================  ========================  ==========
@@ -111,7 +112,8 @@ class OrderStructure:
             parts.append(f"{self.declared_groups} declared group(s)")
         if self.p_value is not None:
             found = self.p_value <= STRUCTURE_ALPHA
-            verdict = f"<= {STRUCTURE_ALPHA:g}, structured" if found else f"> {STRUCTURE_ALPHA:g}, no structure found"
+            none = "none found beyond the declared groups" if self.declared_groups else "no structure found"
+            verdict = f"<= {STRUCTURE_ALPHA:g}, structured" if found else f"> {STRUCTURE_ALPHA:g}, {none}"
             parts.append(
                 f"adjacent-pair similarity {self.adjacent_similarity:.2f} vs {self.random_similarity:.2f} random "
                 f"(p={self.p_value:.2g} {verdict})"

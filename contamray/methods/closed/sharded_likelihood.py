@@ -39,8 +39,8 @@ Two variants (``permute``), both reporting the order-structure diagnosis of
 ``contamray.methods.closed.order_structure`` beside the p-value:
 
 - ``permute: groups`` (the default, ``sharded_likelihood``): the units that are shuffled are the
-  partition's groups - declared by the benchmark (Winogrande twin pairs) or detected from the data
-  (adjacent examples far more alike than random pairs) - and a shard holds whole groups. On a benchmark
+  partition's groups - declared by the benchmark (Winogrande twin pairs, HellaSwag's activity runs) or detected
+  from the data (adjacent examples far more alike than random pairs) - and a shard holds whole groups. On a benchmark
   with no structure every example is its own unit, which is exactly Oren et al.'s test. Oren et al.'s
   assumption - examples are exchangeable - fails on structured benchmarks (twin sentences on adjacent
   rows are more likely in their canonical order to *any* model), and row permutations then give false
@@ -905,7 +905,8 @@ class ShardedLikelihood(Method):
                     "min_p": max(res.detail["min_p"], _tied_min_p(per_shard)),
                     "canonical_repeats": sum(s["canonical_repeats"] for s in per_shard),
                 }
-        problems = _power_problems(len(ds), len(skipped), cfg) + _null_problems(structure, cfg, details)
+        per_unit = _rows_per_unit(structure, len(rows))
+        problems = _power_problems(len(ds), len(skipped), cfg, per_unit) + _null_problems(structure, cfg, details)
         if not ds and failed and len(failed) == len(rows):  # nothing was scored: say why first
             problems.insert(0, every_row_failed(len(rows), str(failed[0].get("error"))))
         null = details.get("permutation_null", {})
@@ -997,7 +998,8 @@ def _tied_min_p(per_shard: list[dict[str, Any]]) -> float:
 
 
 def _group_rows(adapter: str) -> int:
-    """The most rows one of the adapter's declared groups holds (1: no groups declared, or an unknown adapter)."""
+    """The rows one of the adapter's declared groups takes (``Adapter.group_rows``; 1: no groups declared, or an
+    unknown adapter)."""
     from contamray.benchmarks import get_adapter
 
     try:
@@ -1025,9 +1027,15 @@ def _unreachable(per_shard: list[dict[str, Any]], reach: float, repeats: int, cf
             f"alpha={cfg.alpha}{why} - {fix}")  # fmt: skip
 
 
-def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
+def _rows_per_unit(structure: dict[str, Any] | None, n_rows: int) -> float:
+    """Rows per permuted unit in this partition (1 when every row is a unit, or nothing was laid out)."""
+    units = (structure or {}).get("n_permuted_units") or 0
+    return max(1.0, n_rows / units) if units else 1.0
+
+
+def _power_problems(tested: int, skipped: int, cfg: Config, per_unit: float = 1.0) -> list[str]:
     """Why the shards tested cannot carry a decision: fewer than ``min_shards``, or most shards untested."""
-    fix = _power_fix(cfg)
+    fix = _power_fix(cfg, per_unit)
     if tested < cfg.min_shards:
         return [
             f"only {tested} shard(s) could be tested ({skipped} skipped of num_shards={cfg.num_shards}; see "
@@ -1042,15 +1050,22 @@ def _power_problems(tested: int, skipped: int, cfg: Config) -> list[str]:
     return []
 
 
-def _power_fix(cfg: Config) -> str:
+def _power_fix(cfg: Config, per_unit: float = 1.0) -> str:
+    """The rows to score for ``MIN_SHARD`` units a shard, at this partition's rows per unit (a HellaSwag run of one
+    activity, a Winogrande twin pair is one unit)."""
+    units = "" if per_unit == 1 else f"; its units hold {per_unit:.2g} rows on average"
+
+    def rows(shards: int) -> int:
+        return math.ceil(MIN_SHARD * shards * per_unit)
+
     if cfg.num_shards < cfg.min_shards:
         return (
             f"num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}: raise num_shards to "
-            f">= {cfg.min_shards} (with run.limit >= {MIN_SHARD * cfg.min_shards} contiguous rows, run.sample=first) "
+            f">= {cfg.min_shards} (with run.limit >= {rows(cfg.min_shards)} contiguous rows, run.sample=first{units}) "
             "or lower min_shards"
         )
     return (
-        f"score more contiguous rows (run.limit >= {MIN_SHARD * cfg.num_shards} with run.sample=first) or lower "
+        f"score more contiguous rows (run.limit >= {rows(cfg.num_shards)} with run.sample=first{units}) or lower "
         f"num_shards (to no less than min_shards={cfg.min_shards})"
     )
 
