@@ -117,22 +117,27 @@ When the null is not credible the decision is ``inconclusive`` (issue #13), neve
 Calibration (``contamray calibrate --slices 5``: base SmolLM2-135M, float32, never fine-tuned, so every
 slice is clean with respect to order unless pre-training read the benchmark file; 5 contiguous slices of 20
 rows per benchmark, spread evenly over the split, 5 shards x 10 permutations, ``permute: groups``, alpha
-0.05), measured 2026-11-29 (with ``unit_orders``):
+0.05), measured 2026-12-07 in float32 (HellaSwag's activity runs declared as groups):
 
 =================  ======  =======  ============  =====  ===========  ================================
 benchmark          slices  flagged  inconclusive  clean  FPR at 0.05  p-values
 =================  ======  =======  ============  =====  ===========  ================================
-arc_challenge      5       0        0             5      0.00         0.13 0.88 0.51 0.62 0.32
-winogrande         5       0        0             5      0.00         0.11 0.84 0.60 0.34 0.43
-hellaswag          5       2        0             3      0.40         0.53 0.61 0.0037 0.048 0.94
-mmlu (all)         5       0        0             5      0.00         0.37 0.14 0.25 0.46 0.81
+arc_challenge      5       0        0             5      0.00         0.13 0.86 0.50 0.61 0.37
+winogrande         5       0        0             5      0.00         0.11 0.83 0.62 0.35 0.44
+hellaswag          5       1        0             4      0.20         0.86 0.93 0.024 0.74 0.92
+mmlu (all)         5       0        0             5      0.00         0.36 0.11 0.27 0.38 0.83
 =================  ======  =======  ============  =====  ===========  ================================
 
-Pooled: 2 of 20 slices flagged (0.10), none inconclusive; 5 slices per benchmark bound a per-benchmark rate
-only loosely (0/5 has a 95 % upper bound of 0.52). The two HellaSwag slices may be the base model's own
-pre-training exposure to the HellaSwag file (the survey finds HellaSwag contaminated in most models), which a
-public benchmark's "clean" cannot exclude - only synthetic benchmarks are clean by construction (below). An
-earlier run (2026-11-23, 4 slices a benchmark, shuffles drawn with replacement) flagged 1 of 20, an MMLU slice.
+Pooled: 1 of 20 slices flagged (0.05), none inconclusive; 5 slices per benchmark bound a per-benchmark rate
+only loosely (0/5 has a 95 % upper bound of 0.52). Before HellaSwag declared its runs (2026-11-29, bfloat16) two
+HellaSwag slices were flagged, rows 1644-1663 (p = 0.0037) and 2466-2485 (p = 0.048): the slices' own similarity
+check had too few rows to see their runs (p = 0.02 against the diagnosis' 0.01), so rows were permuted and rows
+that go on from one another were shuffled apart - a preference of any model. With the runs as units the second is
+clean (p = 0.74) and the first still flagged (p = 0.024, every shard's d > 0); on 10 slices 1 flagged, 1
+inconclusive (a shard of fewer than 2 runs). That one may be the base model's own pre-training exposure to the
+HellaSwag file (the survey finds HellaSwag contaminated in most models), which a public benchmark's "clean" cannot
+exclude - only synthetic benchmarks are clean by construction (below). An earlier run (2026-11-23, 4 slices a
+benchmark, shuffles drawn with replacement) flagged 1 of 20, an MMLU slice.
 On the same kind of slices the null check (text only) finds the rows not
 exchangeable under ``permute: rows`` in 4/4 Winogrande, 2/4 HellaSwag and 1/4 ARC slices (the
 last is RESIDUAL_ALPHA's 5 % base rate on unstructured rows), so Oren et al.'s variant answers
