@@ -277,6 +277,16 @@ def test_survey_preset_on_twenty_rows_is_inconclusive_not_clean():
     assert decided.decision == "contaminated" and decided.details["n_shards_tested"] == 5
 
 
+def test_the_power_fix_counts_the_rows_a_declared_group_takes():
+    """20 rows in runs of 4 (a declared group each, as HellaSwag's activity runs) are 5 units: 5 shards of one unit
+    cannot be tested, and the fix asks for 2 units a shard at 4 rows a unit (40 rows), not 2 rows a shard."""
+    records = [dataclasses.replace(rec(i), meta={"group": f"g{i // 4}"}) for i in range(20)]
+    config = cfg(permutations_per_shard=5, num_shards=5)
+    verdict = METHOD.reduce(pd.DataFrame(METHOD.score(records, _fake(records, config), config)), config)
+    assert verdict.decision == "inconclusive" and verdict.details["order_structure"]["n_permuted_units"] == 5
+    assert "run.limit >= 40 with run.sample=first; its units hold 4 rows on average" in verdict.reason
+
+
 def _prefers_canonical_text(records: list[Record], config) -> dict[str, Output]:
     """Every shard request scored by its text: a shard's canonical text 1 nat likelier than any other order's."""
     requests = METHOD.requests(records, config, 0, {})
