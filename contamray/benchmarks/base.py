@@ -192,8 +192,7 @@ class Adapter:
     unlabeled_splits: tuple[str, ...] = ()
     group_columns: tuple[str, ...] = ()
     groups: GroupHook | None = None
-    # rows a declared group takes, for plan-time checks: Winogrande's twin pairs 2; HellaSwag's activity runs 2
-    # (1.56 on average, at most 8: a plan sized by the longest run would ask for four times the rows it needs)
+    # rows a declared group takes, for plan-time checks (Winogrande's twin pairs, HellaSwag's activity runs: 2)
     group_rows: int = 1
     note: str = ""
     generate: GenerateHook | None = None  # set for generated benchmarks (synthetic_facts)

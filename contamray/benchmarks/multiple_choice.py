@@ -191,7 +191,7 @@ ADAPTERS = (
         unlabeled_splits=("test",),
         group_columns=("activity_label",),
         groups=activity_runs,
-        group_rows=2,  # runs of one activity: 1.56 rows on average (validation), a unit's rows for plan-time checks
+        group_rows=2,  # a run's rows for plan-time checks (the module docstring gives the runs' sizes)
         note="mirror lacks ctx_a/ctx_b: ctx is used",
     ),
     Adapter(

@@ -651,18 +651,18 @@ class ShardedLikelihood(Method):
         Winogrande twin pair - is one unit), or rows that are not a contiguous block."""
         warnings: list[str] = []
         per_unit = _group_rows(bench.adapter) if cfg.permute == "groups" else 1
-        need = MIN_SHARD * cfg.num_shards * per_unit
+        need = _rows_needed(cfg.num_shards, per_unit)
         if cfg.num_shards < cfg.min_shards:
             warnings.append(
                 f"{self.name} on {bench.name}: num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}, so "
                 f"the verdict will be inconclusive - raise num_shards to >= {cfg.min_shards} (with run.limit >= "
-                f"{MIN_SHARD * cfg.min_shards * per_unit}) or lower min_shards"
+                f"{_rows_needed(cfg.min_shards, per_unit)}) or lower min_shards"
             )
         elif bench.limit is not None and bench.limit < need:
             fit = bench.limit // (MIN_SHARD * per_unit)
             lower = (
                 f", or lower num_shards to {fit}" if fit >= cfg.min_shards else f" (min_shards={cfg.min_shards} "
-                f"needs >= {MIN_SHARD * cfg.min_shards * per_unit} rows even with num_shards={cfg.min_shards})"
+                f"needs >= {_rows_needed(cfg.min_shards, per_unit)} rows even with num_shards={cfg.min_shards})"
             )
             unit = (f"{MIN_SHARD} rows" if per_unit == 1 else
                     f"{MIN_SHARD} units - {bench.adapter} declares groups of up to {per_unit} rows, each shuffled as "
@@ -1032,6 +1032,12 @@ def _unreachable(per_shard: list[dict[str, Any]], reach: float, repeats: int, cf
             f"alpha={cfg.alpha}{why} - {fix}")  # fmt: skip
 
 
+def _rows_needed(shards: int, per_unit: float = 1.0) -> int:
+    """Contiguous rows that fill ``shards`` shards of ``MIN_SHARD`` units each, at ``per_unit`` rows a unit (a declared
+    group - a Winogrande twin pair, a HellaSwag run of one activity - is one unit)."""
+    return math.ceil(MIN_SHARD * shards * per_unit)
+
+
 def _rows_per_unit(structure: dict[str, Any] | None, n_rows: int) -> float:
     """Rows per permuted unit in this partition (1 when every row is a unit, or nothing was laid out)."""
     units = (structure or {}).get("n_permuted_units") or 0
@@ -1059,19 +1065,15 @@ def _power_fix(cfg: Config, per_unit: float = 1.0) -> str:
     """The rows to score for ``MIN_SHARD`` units a shard, at this partition's rows per unit (a HellaSwag run of one
     activity, a Winogrande twin pair is one unit)."""
     units = "" if per_unit == 1 else f"; its units hold {per_unit:.2g} rows on average"
-
-    def rows(shards: int) -> int:
-        return math.ceil(MIN_SHARD * shards * per_unit)
-
     if cfg.num_shards < cfg.min_shards:
         return (
             f"num_shards={cfg.num_shards} is below min_shards={cfg.min_shards}: raise num_shards to "
-            f">= {cfg.min_shards} (with run.limit >= {rows(cfg.min_shards)} contiguous rows, run.sample=first{units}) "
-            "or lower min_shards"
+            f">= {cfg.min_shards} (with run.limit >= {_rows_needed(cfg.min_shards, per_unit)} contiguous rows, "
+            f"run.sample=first{units}) or lower min_shards"
         )
     return (
-        f"score more contiguous rows (run.limit >= {rows(cfg.num_shards)} with run.sample=first{units}) or lower "
-        f"num_shards (to no less than min_shards={cfg.min_shards})"
+        f"score more contiguous rows (run.limit >= {_rows_needed(cfg.num_shards, per_unit)} with "
+        f"run.sample=first{units}) or lower num_shards (to no less than min_shards={cfg.min_shards})"
     )
 
 
